@@ -1,0 +1,33 @@
+# The two commands a newcomer runs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: install
+	$(BIN)/ignara serve
+
+lint: install
+	$(BIN)/ruff check .
+
+typecheck: install
+	$(BIN)/mypy --strict quota/
+
+test: install lint typecheck
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python bench/admission.py --workloads 10000 --queues 100
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

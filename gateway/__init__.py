@@ -1,0 +1,1 @@
+"""Ignara's HTTP service: app factory, CLI and routes."""

@@ -1,0 +1,3 @@
+from gateway.health.controllers import HealthController
+
+__all__ = ["HealthController"]

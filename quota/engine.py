@@ -1,0 +1,144 @@
+"""The quota engine's public face: load a configuration, add and release
+workloads, run admission cycles, read decisions and reasons."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from quota.cache import AdmittedWorkload, ClusterState
+from quota.errors import WorkloadError
+from quota.model import Admission, QuotaConfig, Workload
+from quota.queues import QueueManager
+from quota.reasons import PendingReason
+from quota.scheduler import CycleResult, Scheduler
+
+__all__ = ["QuotaEngine"]
+
+Clock = Callable[[], float]
+
+
+class QuotaEngine:
+    """Kueue's admission semantics over one quota configuration, in memory.
+
+    Usage::
+
+        engine = QuotaEngine(config)
+        engine.add(workload)
+        cycle = engine.schedule_once()     # or engine.schedule() until quiet
+        cycle.admitted, cycle.preempted, engine.reason("w2")
+    """
+
+    def __init__(self, config: QuotaConfig, *, clock: Clock = time.time) -> None:
+        self.config = config
+        self.state = ClusterState.build(config)
+        self.queues = QueueManager((q.name, q.queueing_strategy) for q in config.cluster_queues)
+        self._pending: dict[str, Workload] = {}
+        self._reasons: dict[str, PendingReason] = {}
+        self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
+        self._clock = clock
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def admitted(self) -> Mapping[str, AdmittedWorkload]:
+        return self.state.admitted
+
+    def pending(self) -> Iterator[Workload]:
+        return iter(self._pending.values())
+
+    def reason(self, name: str) -> PendingReason | None:
+        """Why a pending workload waits (``None`` if it is not pending or not yet tried)."""
+        if name not in self._pending:
+            return None
+        return self._reasons.get(name)
+
+    # -- changing ------------------------------------------------------------------------
+
+    def add(self, workload: Workload) -> None:
+        """Queue a new workload; it waits for a cycle to admit it."""
+        self._check_new(workload)
+        self._pending[workload.name] = workload
+        self.queues.add(workload)
+
+    def add_admitted(
+        self, workload: Workload, admission: Admission, *, admitted_at: float | None = None
+    ) -> None:
+        """Record a workload that already holds quota (e.g. restored from storage)."""
+        self._check_new(workload)
+        if admission.cluster_queue != workload.cluster_queue:
+            raise WorkloadError(f"workload {workload.name!r} is admitted in another queue")
+        known = {p.name for p in workload.pod_sets}
+        unknown = [p.name for p in admission.pod_sets if p.name not in known]
+        if unknown:
+            raise WorkloadError(f"workload {workload.name!r} has no pod set {unknown[0]!r}")
+        self.state.admit(
+            AdmittedWorkload(
+                workload=workload,
+                admission=admission,
+                usage=admission.usage(workload),
+                admitted_at=workload.created if admitted_at is None else admitted_at,
+            )
+        )
+
+    def finish(self, name: str) -> AdmittedWorkload:
+        """The workload completed: release its quota."""
+        if name not in self.state.admitted:
+            state = "pending" if name in self._pending else "unknown"
+            raise WorkloadError(f"workload {name!r} is not admitted ({state}); only admitted work finishes")
+        return self._release(name)
+
+    def delete(self, name: str) -> None:
+        """Withdraw a workload, pending or admitted."""
+        if name in self.state.admitted:
+            self._release(name)
+        elif name in self._pending:
+            workload = self._pending.pop(name)
+            self._reasons.pop(name, None)
+            self.queues.remove(workload)
+        else:
+            raise WorkloadError(f"workload {name!r} is neither pending nor admitted")
+
+    def schedule_once(self) -> CycleResult:
+        """Run one admission cycle."""
+        result = self._scheduler.schedule_once(self._clock())
+        for record in result.admitted_records:
+            self._pending.pop(record.name, None)
+            self._reasons.pop(record.name, None)
+        for record in result.preempted_records:
+            self._pending[record.name] = record.workload
+        self._reasons.update(result.reasons)
+        return result
+
+    def schedule(self, max_cycles: int | None = None) -> list[CycleResult]:
+        """Run ``max_cycles`` cycles, or until a cycle changes nothing and every head
+        has been tried since the last change."""
+        results: list[CycleResult] = []
+        if max_cycles is not None:
+            return [self.schedule_once() for _ in range(max_cycles)]
+        tried: set[str] = set()
+        # Bound on runaway preemption loops; far above what any real sequence takes.
+        limit = 100 * (len(self._pending) + len(self.state.admitted) + 10)
+        while len(results) < limit:
+            result = self.schedule_once()
+            results.append(result)
+            if result.changed:
+                tried.clear()
+                continue
+            if not result.heads or tried.issuperset(result.heads):
+                break
+            tried.update(result.heads)
+        return results
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _check_new(self, workload: Workload) -> None:
+        if workload.cluster_queue not in self.state.queues:
+            raise WorkloadError(f"unknown cluster queue {workload.cluster_queue!r}")
+        if workload.name in self._pending or workload.name in self.state.admitted:
+            raise WorkloadError(f"workload {workload.name!r} already exists")
+
+    def _release(self, name: str) -> AdmittedWorkload:
+        record = self.state.release(name)
+        self._scheduler.quota_released(record.admission.cluster_queue)
+        return record

@@ -1,0 +1,267 @@
+"""Flavor assignment (Kueue's ``flavorassigner``): pick, per pod set and resource
+group, the flavor a workload would use, and say how well it fits there.
+
+For each flavor of a group, in order, every requested resource of the group is
+checked (counting what earlier pod sets of the same workload already take):
+``FIT`` if it fits now, a preemption mode if it could after evictions,
+``NO_FIT`` if never. The search stops at the first flavor that fits without
+borrowing, or that fits by borrowing / needs preemption when the queue's
+flavor fungibility says so; otherwise the best flavor seen wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from quota.cache import ClusterQueueNode, CohortNode
+from quota.model import (
+    BorrowWithinCohortPolicy,
+    FlavorFungibility,
+    PodSet,
+    ReclaimWithinCohort,
+    ResourceGroup,
+    WhenCanBorrow,
+    WhenCanPreempt,
+    Workload,
+)
+from quota.reasons import Blocker, blocker_for
+from quota.resources import FlavorResource
+from quota.tree import ResourceNode, local_available, potential_available, queue_available
+
+__all__ = [
+    "Assignment",
+    "FlavorAssigner",
+    "FlavorChoice",
+    "Mode",
+    "PodSetAssignment",
+    "Simulator",
+    "find_borrow_level",
+]
+
+
+class Mode(IntEnum):
+    """How a flavor fits, worst to best (Kueue's ``preemptionMode``)."""
+
+    NO_FIT = 0
+    NO_CANDIDATES = 1  # would need preemption, but nothing may be evicted
+    PREEMPT = 2  # fits after evicting workloads, some in the workload's own queue
+    RECLAIM = 3  # fits after evicting workloads of other queues only
+    FIT = 4
+
+    @property
+    def needs_preemption(self) -> bool:
+        return Mode.NO_CANDIDATES <= self <= Mode.RECLAIM
+
+
+# (flavor-resource, amount) -> (mode after simulated preemption, borrow level after it)
+Simulator = Callable[[FlavorResource, int], tuple[Mode, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorChoice:
+    flavor: str
+    mode: Mode
+    borrow: int  # height of the lowest cohort subtree it fits in; 0 = no borrowing
+
+
+@dataclass(slots=True)
+class PodSetAssignment:
+    name: str
+    count: int
+    requests: dict[str, int]  # totals for ``count`` pods
+    flavors: dict[str, FlavorChoice] = field(default_factory=dict)
+    blockers: list[Blocker] = field(default_factory=list)
+    failed: bool = False
+
+    @property
+    def mode(self) -> Mode:
+        if self.failed:
+            return Mode.NO_FIT
+        return min((c.mode for c in self.flavors.values()), default=Mode.FIT)
+
+
+@dataclass(slots=True)
+class Assignment:
+    """Flavors and counts for every pod set, the usage they add, and how they fit."""
+
+    pod_sets: list[PodSetAssignment]
+    usage: dict[FlavorResource, int]
+
+    @property
+    def borrowing(self) -> int:
+        return max(
+            (c.borrow for p in self.pod_sets for c in p.flavors.values()), default=0
+        )
+
+    @property
+    def mode(self) -> Mode:
+        """The worst mode of any pod set (``NO_FIT`` if any pod set found no flavor)."""
+        return min((p.mode for p in self.pod_sets), default=Mode.FIT)
+
+    @property
+    def fits(self) -> bool:
+        return self.mode is Mode.FIT
+
+    @property
+    def needs_preemption(self) -> bool:
+        return self.mode.needs_preemption
+
+    def needs_preemption_in(self) -> frozenset[FlavorResource]:
+        return frozenset(
+            FlavorResource(choice.flavor, resource)
+            for p in self.pod_sets
+            for resource, choice in p.flavors.items()
+            if choice.mode.needs_preemption
+        )
+
+    @property
+    def blockers(self) -> list[Blocker]:
+        return [b for p in self.pod_sets for b in p.blockers]
+
+
+class FlavorAssigner:
+    """Assigns flavors for one workload against the live usage of its queue."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        queue: ClusterQueueNode,
+        simulate: Simulator,
+        *,
+        fair_sharing: bool = False,
+    ) -> None:
+        self.workload = workload
+        self.queue = queue
+        self.simulate = simulate
+        self.fair_sharing = fair_sharing
+
+    def assign(self, counts: list[int] | None = None) -> Assignment:
+        assignment = Assignment(pod_sets=[], usage={})
+        for index, pod_set in enumerate(self.workload.pod_sets):
+            count = pod_set.count if counts is None else counts[index]
+            result = self._assign_pod_set(pod_set, count, assignment.usage)
+            assignment.pod_sets.append(result)
+            for resource, choice in result.flavors.items():
+                amount = result.requests[resource]
+                fr = FlavorResource(choice.flavor, resource)
+                assignment.usage[fr] = assignment.usage.get(fr, 0) + amount
+            if result.failed:
+                break
+        return assignment
+
+    def _assign_pod_set(
+        self, pod_set: PodSet, count: int, taken: dict[FlavorResource, int]
+    ) -> PodSetAssignment:
+        requests = {r: v * count for r, v in pod_set.requests.items() if v}
+        result = PodSetAssignment(pod_set.name, count, requests)
+        groups = self.queue.group_of
+        for resource in requests:
+            if resource in result.flavors:
+                continue  # already placed with the rest of its group
+            index = groups.get(resource)
+            if index is None:
+                result.failed = True
+                result.blockers.append(Blocker.uncovered(self.queue.name, resource))
+                return result
+            group = self.queue.spec.resource_groups[index]
+            wanted = {r: v for r, v in requests.items() if r in group.resources}
+            chosen = self._find_flavor(group, wanted, taken, result.blockers)
+            if chosen is None:
+                result.failed = True
+                return result
+            result.flavors.update(chosen)
+        return result
+
+    def _find_flavor(
+        self,
+        group: ResourceGroup,
+        requests: dict[str, int],
+        taken: dict[FlavorResource, int],
+        blockers: list[Blocker],
+    ) -> dict[str, FlavorChoice] | None:
+        fungibility = self.queue.spec.flavor_fungibility
+        best: dict[str, FlavorChoice] | None = None
+        best_mode = (Mode.NO_FIT, 0)
+        for flavor in group.flavors:
+            choices: dict[str, FlavorChoice] = {}
+            worst = (Mode.FIT, 0)
+            for resource, amount in requests.items():
+                fr = FlavorResource(flavor.name, resource)
+                mode, borrow = self._fits(fr, amount + taken.get(fr, 0), blockers)
+                choices[resource] = FlavorChoice(flavor.name, mode, borrow)
+                if _preferred(worst, (mode, borrow)):
+                    worst = (mode, borrow)
+                if mode is Mode.NO_FIT:
+                    break
+            if not _try_next(worst, fungibility):
+                return choices
+            if _preferred((worst[0], worst[1]), best_mode):
+                best, best_mode = choices, worst
+        return best
+
+    def _fits(self, fr: FlavorResource, amount: int, blockers: list[Blocker]) -> tuple[Mode, int]:
+        queue = self.queue
+        if amount > potential_available(queue, fr):
+            blockers.append(blocker_for(queue, fr, amount, exceeds_max=True))
+            return Mode.NO_FIT, 0
+        borrow, may_reclaim = find_borrow_level(queue, fr, amount)
+        if amount <= queue_available(queue, fr):
+            return Mode.FIT, borrow
+        blockers.append(blocker_for(queue, fr, amount))
+        if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
+            return self.simulate(fr, amount)
+        return Mode.NO_FIT, borrow
+
+    def _can_preempt_while_borrowing(self) -> bool:
+        policy = self.queue.spec.preemption
+        if policy.borrow_within_cohort is not BorrowWithinCohortPolicy.NEVER:
+            return True
+        return self.fair_sharing and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+
+
+def _preferred(a: tuple[Mode, int], b: tuple[Mode, int]) -> bool:
+    """Is ``a`` strictly better than ``b``? Better mode first, then less borrowing."""
+    if a[0] is Mode.NO_FIT:
+        return False
+    if b[0] is Mode.NO_FIT:
+        return True
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] < b[1]
+
+
+def _try_next(mode: tuple[Mode, int], fungibility: FlavorFungibility) -> bool:
+    preemption, borrow = mode
+    if preemption in (Mode.NO_FIT, Mode.NO_CANDIDATES):
+        return True
+    if preemption in (Mode.PREEMPT, Mode.RECLAIM):
+        return fungibility.when_can_preempt is WhenCanPreempt.TRY_NEXT_FLAVOR
+    return borrow != 0 and fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
+
+
+def node_height(cohort: CohortNode) -> int:
+    height = min(len(cohort.child_cohorts) + len(cohort.child_queues), 1)
+    for child in cohort.child_cohorts:
+        height = max(height, node_height(child) + 1)
+    return height
+
+
+def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
+    """Height of the lowest cohort subtree that can hold ``amount`` more (0 when the
+    queue needs no borrowing), and whether that subtree is below the root."""
+    parent = queue.parent
+    if parent is None or queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
+        return 0, parent is not None
+    remaining = amount - local_available(queue, fr)
+    node: ResourceNode | None = parent
+    root = parent
+    while node is not None:
+        assert isinstance(node, CohortNode)
+        if node.usage.get(fr, 0) + remaining <= node.subtree_quota.get(fr, 0):
+            return node_height(node), node.parent is not None
+        remaining -= local_available(node, fr)
+        root = node
+        node = node.parent
+    return node_height(root), False

@@ -1,0 +1,90 @@
+"""Why a workload waits: a stable code, words, and the queue or cohort level and
+resource that block it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from quota.resources import FlavorResource, format_quantity
+from quota.tree import ResourceNode, available, potential_available
+
+__all__ = ["Blocker", "BlockerLevel", "PendingReason", "ReasonCode", "blocker_for"]
+
+
+class ReasonCode(StrEnum):
+    INSUFFICIENT_QUOTA = "InsufficientQuota"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    RESOURCE_NOT_COVERED = "ResourceNotCovered"
+    NO_PREEMPTION_CANDIDATES = "NoPreemptionCandidates"
+    WAITING_FOR_PREEMPTION = "WaitingForPreemptedWorkloads"
+    NO_LONGER_FITS = "NoLongerFits"
+    QUEUE_STOPPED = "ClusterQueueStopped"
+
+
+class BlockerLevel(StrEnum):
+    CLUSTER_QUEUE = "ClusterQueue"
+    COHORT = "Cohort"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """One resource in one flavor that does not fit, and the level of the tree that refuses it."""
+
+    code: ReasonCode
+    level: BlockerLevel
+    name: str
+    resource: str
+    flavor: str | None = None
+    requested: int = 0
+    available: int = 0
+
+    @classmethod
+    def uncovered(cls, queue: str, resource: str) -> Blocker:
+        return cls(ReasonCode.RESOURCE_NOT_COVERED, BlockerLevel.CLUSTER_QUEUE, queue, resource)
+
+    @property
+    def message(self) -> str:
+        where = f"{'cluster queue' if self.level is BlockerLevel.CLUSTER_QUEUE else 'cohort'} {self.name}"
+        if self.code is ReasonCode.RESOURCE_NOT_COVERED:
+            return f"resource {self.resource} is not covered by any resource group of {where}"
+        amount = f"{format_quantity(self.requested)} {self.resource} in flavor {self.flavor}"
+        if self.code is ReasonCode.EXCEEDS_MAX_QUOTA:
+            return (
+                f"requests {amount}, more than {where} can ever provide"
+                f" ({format_quantity(self.available)})"
+            )
+        return f"requests {amount}; {where} has {format_quantity(self.available)} available"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: ReasonCode
+    message: str
+    blockers: tuple[Blocker, ...] = ()
+
+
+def blocker_for(
+    queue: ResourceNode, fr: FlavorResource, amount: int, *, exceeds_max: bool = False
+) -> Blocker:
+    """Name the level that refuses ``amount``: the lowest node on the path whose own
+    borrowing limit binds, or else the root of the tree (the shared pool is short)."""
+    measure = potential_available if exceeds_max else available
+    node = queue
+    while node.parent is not None and not _limit_binds(node, fr, exceeds_max):
+        node = node.parent
+    level = BlockerLevel.CLUSTER_QUEUE if node is queue else BlockerLevel.COHORT
+    code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
+    return Blocker(code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr)))
+
+
+def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> bool:
+    limit = node.quota(fr).borrowing_limit
+    if limit is None or node.parent is None:
+        return False
+    guaranteed = node.guaranteed.get(fr, 0)
+    if exceeds_max:
+        return node.subtree_quota.get(fr, 0) + limit < guaranteed + potential_available(node.parent, fr)
+    used_in_parent = max(0, node.usage.get(fr, 0) - guaranteed)
+    cap = node.subtree_quota.get(fr, 0) - guaranteed - used_in_parent + limit
+    return cap < available(node.parent, fr)

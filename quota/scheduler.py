@@ -1,0 +1,400 @@
+"""The admission cycle (Kueue's ``pkg/scheduler/scheduler.go``).
+
+One cycle:
+  1. take the head of every active cluster queue;
+  2. nominate each head against the usage at the start of the cycle: assign
+     flavors, find preemption targets, or try fewer pods (partial admission);
+  3. order the entries (less borrowing, higher priority, older first; or, with
+     fair sharing, a tournament of dominant resource shares);
+  4. process them in order against usage as it now stands: admit what still
+     fits, evict the targets of a preemptor (it is admitted in a later cycle,
+     its capacity held for the rest of this one), skip what no longer fits;
+  5. requeue every head that was not admitted, release the evicted workloads'
+     quota, and give set-aside workloads of the affected trees another chance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
+from quota.fair_sharing import compare_drs, dominant_resource_share
+from quota.flavor_assigner import Assignment, FlavorAssigner, Mode, find_borrow_level
+from quota.model import Admission, PodSetAssignment, ReclaimWithinCohort, Workload
+from quota.partial import can_be_partially_admitted, search
+from quota.preemption import PreemptionRequest, Preemptor, Target
+from quota.queues import QueueManager
+from quota.reasons import PendingReason, ReasonCode
+from quota.resources import FlavorResource
+from quota.tree import queue_available
+
+__all__ = ["CycleResult", "Scheduler"]
+
+
+class Status(Enum):
+    NOMINATED = "nominated"
+    SKIPPED = "skipped"
+    ADMITTED = "admitted"
+    PREEMPTING = "preempting"
+    INADMISSIBLE = "inadmissible"
+
+
+@dataclass
+class Entry:
+    """A head in one cycle: its assignment, victims, outcome and why."""
+
+    workload: Workload
+    queue: ClusterQueueNode
+    assignment: Assignment
+    targets: list[Target] = field(default_factory=list)
+    status: Status = Status.NOMINATED
+    reason: PendingReason | None = None
+    immediate: bool = False  # requeue at the front even in a BestEffortFIFO queue
+
+    def mark(self, status: Status, code: ReasonCode, message: str, *, immediate: bool) -> None:
+        self.status = status
+        self.reason = PendingReason(code, message, tuple(self.assignment.blockers))
+        self.immediate = immediate
+
+
+@dataclass
+class CycleResult:
+    heads: list[str] = field(default_factory=list)
+    admitted_records: list[AdmittedWorkload] = field(default_factory=list)
+    preempted_records: list[AdmittedWorkload] = field(default_factory=list)
+    reasons: dict[str, PendingReason] = field(default_factory=dict)
+
+    @property
+    def admitted(self) -> list[str]:
+        return [r.name for r in self.admitted_records]
+
+    @property
+    def preempted(self) -> list[str]:
+        return [r.name for r in self.preempted_records]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted_records or self.preempted_records)
+
+
+class Scheduler:
+    def __init__(self, state: ClusterState, queues: QueueManager, *, fair_sharing: bool) -> None:
+        self.state = state
+        self.queues = queues
+        self.fair_sharing = fair_sharing
+        self.preemptor = Preemptor(state, fair_sharing=fair_sharing)
+
+    # -- the cycle ----------------------------------------------------------------------
+
+    def schedule_once(self, now: float) -> CycleResult:
+        result = CycleResult()
+        stopped = [q.name for q in self.state.queues.values() if q.spec.stopped]
+        # 1. Heads.
+        heads = self.queues.heads(skip=stopped)
+        result.heads = [w.name for w in heads]
+        # 2. Nominate against the usage at the start of the cycle.
+        entries = [self._nominate(w) for w in heads]
+        # 3-4. Order and process.
+        cycle = _Cycle(self.state)
+        for entry in self._ordered(entries, cycle):
+            self._process(entry, cycle, now, result)
+        # 5. Requeue, release, retry.
+        cycle.release_reservations()
+        for entry in entries:
+            if entry.status is not Status.ADMITTED:
+                self.queues.requeue(entry.workload, immediate=entry.immediate)
+                if entry.reason is not None:
+                    result.reasons[entry.workload.name] = entry.reason
+        touched = set()
+        for record in cycle.preempted.values():
+            self.state.release(record.name)
+            self.queues.add(record.workload)
+            result.preempted_records.append(record)
+            touched.add(record.admission.cluster_queue)
+        for name in touched:
+            self.quota_released(name)
+        return result
+
+    def quota_released(self, queue_name: str) -> None:
+        """Quota came free in a queue's tree: its set-aside workloads get another try."""
+        root = self.state.root_of(self.state.queues[queue_name])
+        self.queues.requeue_inadmissible(q.name for q in self.state.queues_under(root))
+
+    # -- 2. nomination ------------------------------------------------------------------
+
+    def _nominate(self, workload: Workload) -> Entry:
+        queue = self.state.queues[workload.cluster_queue]
+        assigner = FlavorAssigner(
+            workload, queue, self._simulator(workload, queue), fair_sharing=self.fair_sharing
+        )
+        full = assigner.assign()
+        entry = Entry(workload, queue, full)
+        if full.fits:
+            return entry
+        if full.needs_preemption:
+            entry.targets = self._targets(workload, queue, full)
+            if entry.targets:
+                return entry
+        if can_be_partially_admitted(workload):
+            partial = search(workload, lambda counts: self._try_counts(assigner, counts))
+            if partial is not None:
+                entry.assignment, entry.targets = partial
+        return entry
+
+    def _try_counts(
+        self, assigner: FlavorAssigner, counts: list[int]
+    ) -> tuple[Assignment, list[Target]] | None:
+        assignment = assigner.assign(counts)
+        if assignment.fits:
+            return assignment, []
+        if assignment.needs_preemption:
+            targets = self._targets(assigner.workload, assigner.queue, assignment)
+            if targets:
+                return assignment, targets
+        return None
+
+    def _targets(
+        self, workload: Workload, queue: ClusterQueueNode, assignment: Assignment
+    ) -> list[Target]:
+        request = PreemptionRequest(
+            workload, queue, assignment.usage, assignment.needs_preemption_in()
+        )
+        return self.preemptor.targets(request)
+
+    def _simulator(self, workload: Workload, queue: ClusterQueueNode):  # type: ignore[no-untyped-def]
+        def simulate(fr: FlavorResource, amount: int) -> tuple[Mode, int]:
+            request = PreemptionRequest(workload, queue, {fr: amount}, frozenset((fr,)))
+            targets = self.preemptor.targets(request)
+            if not targets:
+                return Mode.NO_CANDIDATES, find_borrow_level(queue, fr, amount)[0]
+            for target in targets:
+                self.state.refund(self.state.queues[target.record.admission.cluster_queue], target.record.usage)
+            borrow = find_borrow_level(queue, fr, amount)[0]
+            for target in targets:
+                self.state.charge(self.state.queues[target.record.admission.cluster_queue], target.record.usage)
+            own = any(t.record.admission.cluster_queue == queue.name for t in targets)
+            return (Mode.PREEMPT if own else Mode.RECLAIM), borrow
+
+        return simulate
+
+    # -- 3. ordering --------------------------------------------------------------------
+
+    def _ordered(self, entries: list[Entry], cycle: _Cycle) -> Iterator[Entry]:
+        if not self.fair_sharing:
+            yield from sorted(entries, key=_classical_key)
+            return
+        yield from _FairSharingIterator(self.state, entries)
+
+    # -- 4. processing ------------------------------------------------------------------
+
+    def _process(self, entry: Entry, cycle: _Cycle, now: float, result: CycleResult) -> None:
+        mode = entry.assignment.mode
+        if mode is Mode.NO_FIT:
+            entry.mark(Status.INADMISSIBLE, _no_fit_code(entry), _no_fit_message(entry), immediate=False)
+            return
+        if mode.needs_preemption and not entry.targets:
+            entry.mark(
+                Status.INADMISSIBLE,
+                ReasonCode.NO_PREEMPTION_CANDIDATES,
+                "needs preemption, but no workload may be preempted for it",
+                immediate=False,
+            )
+            if entry.queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
+                cycle.reserve(entry.queue, _to_reserve(entry))
+            return
+        if any(t.name in cycle.preempted for t in entry.targets):
+            entry.mark(
+                Status.SKIPPED,
+                ReasonCode.NO_LONGER_FITS,
+                "its preemption targets overlap with another workload's in this cycle",
+                immediate=True,
+            )
+            return
+        if not cycle.fits(entry.queue, entry.assignment.usage, entry.targets):
+            entry.mark(
+                Status.SKIPPED,
+                ReasonCode.NO_LONGER_FITS,
+                "no longer fits after processing another workload",
+                immediate=True,
+            )
+            return
+        if entry.targets:
+            cycle.preempt(entry.targets)
+            cycle.reserve(entry.queue, entry.assignment.usage)
+            count = len(entry.targets)
+            entry.mark(
+                Status.PREEMPTING,
+                ReasonCode.WAITING_FOR_PREEMPTION,
+                f"waiting for the preemption of {count} workload{'s' if count > 1 else ''}",
+                immediate=True,
+            )
+            return
+        record = AdmittedWorkload(
+            workload=entry.workload,
+            admission=_admission(entry),
+            usage=dict(entry.assignment.usage),
+            admitted_at=now,
+        )
+        self.state.admit(record)
+        entry.status = Status.ADMITTED
+        result.admitted_records.append(record)
+
+
+class _Cycle:
+    """What one cycle has done to usage so far: evictions issued, capacity held."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.preempted: dict[str, AdmittedWorkload] = {}
+        self.reserved: list[tuple[ClusterQueueNode, dict[FlavorResource, int]]] = []
+
+    def reserve(self, queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
+        usage = {fr: amount for fr, amount in usage.items() if amount > 0}
+        self.state.charge(queue, usage)
+        self.reserved.append((queue, usage))
+
+    def release_reservations(self) -> None:
+        for queue, usage in reversed(self.reserved):
+            self.state.refund(queue, usage)
+        self.reserved.clear()
+
+    def preempt(self, targets: list[Target]) -> None:
+        for target in targets:
+            self.preempted[target.name] = target.record
+
+    def fits(
+        self, queue: ClusterQueueNode, usage: dict[FlavorResource, int], targets: list[Target]
+    ) -> bool:
+        """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone?"""
+        gone = list(self.preempted.values()) + [
+            t.record for t in targets if t.name not in self.preempted
+        ]
+        for record in gone:
+            self.state.refund(self.state.queues[record.admission.cluster_queue], record.usage)
+        try:
+            return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
+        finally:
+            for record in reversed(gone):
+                self.state.charge(self.state.queues[record.admission.cluster_queue], record.usage)
+
+
+def _classical_key(entry: Entry) -> tuple[int, int, float, str]:
+    """Less borrowing first, then higher priority, then older, then by name."""
+    workload = entry.workload
+    return (entry.assignment.borrowing, -workload.priority, workload.created, workload.name)
+
+
+def _to_reserve(entry: Entry) -> dict[FlavorResource, int]:
+    """Capacity a preemptor without victims holds for the rest of the cycle."""
+    queue = entry.queue
+    reserved = {}
+    for fr, amount in entry.assignment.usage.items():
+        quota = queue.quota(fr)
+        used = queue.usage.get(fr, 0)
+        if entry.assignment.borrowing > 0:
+            limit = quota.borrowing_limit
+            reserved[fr] = amount if limit is None else min(amount, quota.nominal + limit - used)
+        else:
+            reserved[fr] = max(0, min(amount, quota.nominal - used))
+    return reserved
+
+
+def _admission(entry: Entry) -> Admission:
+    return Admission(
+        cluster_queue=entry.queue.name,
+        pod_sets=tuple(
+            PodSetAssignment(
+                name=p.name,
+                count=p.count,
+                flavors={resource: choice.flavor for resource, choice in p.flavors.items()},
+            )
+            for p in entry.assignment.pod_sets
+        ),
+    )
+
+
+def _no_fit_code(entry: Entry) -> ReasonCode:
+    blockers = entry.assignment.blockers
+    return blockers[-1].code if blockers else ReasonCode.INSUFFICIENT_QUOTA
+
+
+def _no_fit_message(entry: Entry) -> str:
+    blockers = entry.assignment.blockers
+    if not blockers:
+        return "does not fit"
+    return "; ".join(dict.fromkeys(b.message for b in blockers))
+
+
+class _FairSharingIterator:
+    """Kueue's ``fair_sharing_iterator``: at every pop, a tournament down each cohort
+    tree picks the head whose admission leaves its subtree the smallest share."""
+
+    def __init__(self, state: ClusterState, entries: list[Entry]) -> None:
+        self.state = state
+        self.pending = {e.queue.name: e for e in entries}
+
+    def __iter__(self) -> Iterator[Entry]:
+        while self.pending:
+            name = min(self.pending)
+            entry = self.pending[name]
+            if entry.queue.parent is not None:
+                entry = self._tournament_winner(entry.queue)
+            del self.pending[entry.queue.name]
+            yield entry
+
+    def _tournament_winner(self, queue: ClusterQueueNode) -> Entry:
+        root = self.state.root_of(queue)
+        shares: dict[tuple[str, str], object] = {}
+        requested: dict[str, dict[FlavorResource, int]] = {}
+        for member in self.state.queues_under(root):
+            entry = self.pending.get(member.name)
+            if entry is None:
+                continue
+            usage = entry.assignment.usage
+            self.state.charge(member, usage)
+            requested[entry.workload.name] = usage
+            share = dominant_resource_share(member)
+            node = member.parent
+            while node is not None:
+                shares[(node.name, entry.workload.name)] = share
+                share = dominant_resource_share(node)
+                node = node.parent
+            self.state.refund(member, usage)
+        winner = self._run(root, shares, requested)
+        assert winner is not None
+        return winner
+
+    def _run(self, cohort, shares, requested):  # type: ignore[no-untyped-def]
+        contenders = []
+        for child in sorted(cohort.child_cohorts, key=lambda c: c.name):
+            best = self._run(child, shares, requested)
+            if best is not None:
+                contenders.append(best)
+        for queue in sorted(cohort.child_queues, key=lambda q: q.name):
+            if queue.name in self.pending:
+                contenders.append(self.pending[queue.name])
+        if not contenders:
+            return None
+        best = contenders[0]
+        for current in contenders[1:]:
+            if _fair_less(current, best, cohort.name, shares, requested):
+                best = current
+        return best
+
+
+def _fair_less(a, b, parent, shares, requested) -> bool:  # type: ignore[no-untyped-def]
+    da, db = shares[(parent, a.workload.name)], shares[(parent, b.workload.name)]
+    a_borrows = da.borrowing_on(requested[a.workload.name])
+    b_borrows = db.borrowing_on(requested[b.workload.name])
+    if a_borrows != b_borrows:
+        return not a_borrows
+    versus = compare_drs(da, db)
+    if versus != 0:
+        return versus < 0
+    if a.workload.priority != b.workload.priority:
+        return a.workload.priority > b.workload.priority
+    if a.workload.created != b.workload.created:
+        return a.workload.created < b.workload.created
+    return a.workload.name < b.workload.name

@@ -1,0 +1,130 @@
+"""Quota arithmetic over the cohort tree (Kueue's ``resource_node.go``).
+
+Every cluster queue and cohort is a :class:`ResourceNode`. A node's
+``subtree_quota`` is its own nominal quota plus what its children lend up to
+it; the part of it kept back by a lending limit (``guaranteed``) stays
+private, and usage above that part is also recorded in the parent. So a
+cohort's ``usage`` is what its subtree takes from the shared pool, and every
+check walks only the path from a queue to the root.
+
+Amounts may go negative (``available``) when quota shrinks under admitted
+work; callers compare, they never assume non-negative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from quota.model import ResourceQuota
+from quota.resources import FlavorResource
+
+__all__ = [
+    "ResourceNode",
+    "add_usage",
+    "available",
+    "local_available",
+    "potential_available",
+    "queue_available",
+    "remove_usage",
+]
+
+_NO_QUOTA = ResourceQuota(nominal=0)
+
+
+class ResourceNode:
+    """Quota and usage of one cluster queue or cohort, linked to its parent cohort."""
+
+    __slots__ = ("guaranteed", "name", "parent", "quotas", "subtree_quota", "usage", "weight")
+
+    def __init__(
+        self, name: str, quotas: dict[FlavorResource, ResourceQuota], weight: float = 1.0
+    ) -> None:
+        self.name = name
+        self.weight = weight  # fair-sharing weight
+        self.parent: ResourceNode | None = None
+        self.quotas = quotas
+        self.subtree_quota: dict[FlavorResource, int] = {}
+        self.guaranteed: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
+
+    def quota(self, fr: FlavorResource) -> ResourceQuota:
+        return self.quotas.get(fr, _NO_QUOTA)
+
+    def set_subtree_quota(self, children: Iterable[ResourceNode]) -> None:
+        """Own nominal quota plus each child's lendable part; recompute ``guaranteed``."""
+        subtree = {fr: q.nominal for fr, q in self.quotas.items()}
+        for child in children:
+            for fr, amount in child.subtree_quota.items():
+                subtree[fr] = subtree.get(fr, 0) + amount - child.guaranteed.get(fr, 0)
+        self.subtree_quota = subtree
+        self.guaranteed = {}
+        for fr, amount in subtree.items():
+            limit = self.quota(fr).lending_limit
+            if limit is not None:
+                self.guaranteed[fr] = max(0, amount - limit)
+
+    def lendable(self, fr: FlavorResource) -> int:
+        return self.subtree_quota.get(fr, 0) - self.guaranteed.get(fr, 0)
+
+
+def local_available(node: ResourceNode, fr: FlavorResource) -> int:
+    """Free quota the node keeps to itself (its guaranteed part), never negative."""
+    return max(0, node.guaranteed.get(fr, 0) - node.usage.get(fr, 0))
+
+
+def queue_available(node: ResourceNode, fr: FlavorResource) -> int:
+    """:func:`available` as a queue sees it: never below zero."""
+    return max(0, available(node, fr))
+
+
+def available(node: ResourceNode, fr: FlavorResource) -> int:
+    """What a workload in ``node`` may still take: local free quota plus what the
+    ancestors can give, each hop capped by the node's borrowing limit."""
+    usage = node.usage.get(fr, 0)
+    parent = node.parent
+    if parent is None:
+        return node.subtree_quota.get(fr, 0) - usage
+    guaranteed = node.guaranteed.get(fr, 0)
+    from_parent = available(parent, fr)
+    limit = node.quota(fr).borrowing_limit
+    if limit is not None:
+        stored_in_parent = node.subtree_quota.get(fr, 0) - guaranteed
+        used_in_parent = max(0, usage - guaranteed)
+        from_parent = min(from_parent, stored_in_parent - used_in_parent + limit)
+    return max(0, guaranteed - usage) + from_parent
+
+
+def potential_available(node: ResourceNode, fr: FlavorResource) -> int:
+    """``available`` with no usage anywhere: the most the node could ever get."""
+    parent = node.parent
+    if parent is None:
+        return node.subtree_quota.get(fr, 0)
+    total = node.guaranteed.get(fr, 0) + potential_available(parent, fr)
+    limit = node.quota(fr).borrowing_limit
+    if limit is not None:
+        total = min(total, node.subtree_quota.get(fr, 0) + limit)
+    return total
+
+
+def add_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
+    """Add usage; what exceeds the node's free guaranteed part is charged to the parent."""
+    while True:
+        free_local = max(0, node.guaranteed.get(fr, 0) - node.usage.get(fr, 0))
+        node.usage[fr] = node.usage.get(fr, 0) + amount
+        parent = node.parent
+        if parent is None or amount <= free_local:
+            return
+        amount -= free_local
+        node = parent
+
+
+def remove_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
+    """Undo :func:`add_usage`: release from the parent what was stored there."""
+    while True:
+        stored_in_parent = node.usage.get(fr, 0) - node.guaranteed.get(fr, 0)
+        node.usage[fr] = node.usage.get(fr, 0) - amount
+        parent = node.parent
+        if parent is None or stored_in_parent <= 0:
+            return
+        amount = min(amount, stored_in_parent)
+        node = parent

@@ -1,0 +1,1 @@
+"""Tenants, principals, API keys and queues: the schema and the services that change it."""
