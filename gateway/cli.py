@@ -42,11 +42,10 @@ def simulate(file: str, as_json: bool) -> None:
     from quota.simulate import play
 
     try:
-        scenario = load_scenario(file)
+        result = play(load_scenario(file))
     except ScenarioError as err:
         click.echo(f"invalid scenario {file}: {err}", err=True)
         sys.exit(2)
-    result = play(scenario)
     if as_json:
         click.echo(json.dumps(result.to_json(), sort_keys=False))
     else:
@@ -54,3 +53,7 @@ def simulate(file: str, as_json: bool) -> None:
     for failure in result.failures:
         click.echo(failure, err=True)
     sys.exit(0 if result.ok else 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

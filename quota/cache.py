@@ -39,10 +39,19 @@ class CohortNode(ResourceNode):
     __slots__ = ("child_cohorts", "child_queues", "spec")
 
     def __init__(self, spec: CohortSpec) -> None:
-        super().__init__(spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight))
+        super().__init__(
+            spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight)
+        )
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
+
+    @property
+    def cohort(self) -> CohortNode | None:
+        """The parent cohort (``parent`` typed as a cohort)."""
+        parent = self.parent
+        assert parent is None or isinstance(parent, CohortNode)
+        return parent
 
     def children(self) -> Iterator[ResourceNode]:
         yield from self.child_cohorts
@@ -53,7 +62,9 @@ class ClusterQueueNode(ResourceNode):
     __slots__ = ("admitted", "group_of", "spec")
 
     def __init__(self, spec: ClusterQueueSpec) -> None:
-        super().__init__(spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight))
+        super().__init__(
+            spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight)
+        )
         self.spec = spec
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.group_of = {

@@ -85,7 +85,9 @@ class QuotaEngine:
         """The workload completed: release its quota."""
         if name not in self.state.admitted:
             state = "pending" if name in self._pending else "unknown"
-            raise WorkloadError(f"workload {name!r} is not admitted ({state}); only admitted work finishes")
+            raise WorkloadError(
+                f"workload {name!r} is not admitted ({state}); only admitted work finishes"
+            )
         return self._release(name)
 
     def delete(self, name: str) -> None:

@@ -1,10 +1,10 @@
 """Errors raised by the quota engine.
 
-    QuotaError
-     +-- ConfigError        a quota configuration is not valid (names the field)
-     |    +-- ScenarioError a scenario file is not valid (names the field or step)
-     +-- WorkloadError      a workload operation that cannot be done (unknown
-                            queue, duplicate name, finish of a pending workload)
+QuotaError
+ +-- ConfigError        a quota configuration is not valid (names the field)
+ |    +-- ScenarioError a scenario file is not valid (names the field or step)
+ +-- WorkloadError      a workload operation that cannot be done (unknown
+                        queue, duplicate name, finish of a pending workload)
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from quota.model import (
 )
 from quota.reasons import Blocker, blocker_for
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, local_available, potential_available, queue_available
+from quota.tree import local_available, potential_available, queue_available
 
 __all__ = [
     "Assignment",
@@ -91,9 +91,7 @@ class Assignment:
 
     @property
     def borrowing(self) -> int:
-        return max(
-            (c.borrow for p in self.pod_sets for c in p.flavors.values()), default=0
-        )
+        return max((c.borrow for p in self.pod_sets for c in p.flavors.values()), default=0)
 
     @property
     def mode(self) -> Mode:
@@ -251,17 +249,16 @@ def node_height(cohort: CohortNode) -> int:
 def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
     """Height of the lowest cohort subtree that can hold ``amount`` more (0 when the
     queue needs no borrowing), and whether that subtree is below the root."""
-    parent = queue.parent
+    parent = queue.cohort
     if parent is None or queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
         return 0, parent is not None
     remaining = amount - local_available(queue, fr)
-    node: ResourceNode | None = parent
+    node: CohortNode | None = parent
     root = parent
     while node is not None:
-        assert isinstance(node, CohortNode)
         if node.usage.get(fr, 0) + remaining <= node.subtree_quota.get(fr, 0):
             return node_height(node), node.parent is not None
         remaining -= local_available(node, fr)
         root = node
-        node = node.parent
+        node = node.cohort
     return node_height(root), False

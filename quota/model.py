@@ -95,7 +95,9 @@ class ResourceGroup:
     flavors: tuple[FlavorQuotas, ...]
 
 
-def iter_quotas(groups: tuple[ResourceGroup, ...]) -> Iterator[tuple[FlavorResource, ResourceQuota]]:
+def iter_quotas(
+    groups: tuple[ResourceGroup, ...],
+) -> Iterator[tuple[FlavorResource, ResourceQuota]]:
     for group in groups:
         for flavor in group.flavors:
             for resource, quota in flavor.quotas.items():

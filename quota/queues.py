@@ -58,8 +58,7 @@ class PendingQueue:
 
     def remove(self, name: str) -> bool:
         return (
-            self.active.pop(name, None) is not None
-            or self.inadmissible.pop(name, None) is not None
+            self.active.pop(name, None) is not None or self.inadmissible.pop(name, None) is not None
         )
 
     def __len__(self) -> int:

@@ -45,7 +45,8 @@ class Blocker:
 
     @property
     def message(self) -> str:
-        where = f"{'cluster queue' if self.level is BlockerLevel.CLUSTER_QUEUE else 'cohort'} {self.name}"
+        kind = "cluster queue" if self.level is BlockerLevel.CLUSTER_QUEUE else "cohort"
+        where = f"{kind} {self.name}"
         if self.code is ReasonCode.RESOURCE_NOT_COVERED:
             return f"resource {self.resource} is not covered by any resource group of {where}"
         amount = f"{format_quantity(self.requested)} {self.resource} in flavor {self.flavor}"
@@ -75,7 +76,9 @@ def blocker_for(
         node = node.parent
     level = BlockerLevel.CLUSTER_QUEUE if node is queue else BlockerLevel.COHORT
     code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
-    return Blocker(code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr)))
+    return Blocker(
+        code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr))
+    )
 
 
 def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> bool:
@@ -84,7 +87,9 @@ def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> b
         return False
     guaranteed = node.guaranteed.get(fr, 0)
     if exceeds_max:
-        return node.subtree_quota.get(fr, 0) + limit < guaranteed + potential_available(node.parent, fr)
+        return node.subtree_quota.get(fr, 0) + limit < guaranteed + potential_available(
+            node.parent, fr
+        )
     used_in_parent = max(0, node.usage.get(fr, 0) - guaranteed)
     cap = node.subtree_quota.get(fr, 0) - guaranteed - used_in_parent + limit
     return cap < available(node.parent, fr)

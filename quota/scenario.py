@@ -13,8 +13,14 @@ from typing import Any
 import msgspec
 import yaml
 
-from quota.config import CohortDoc, ClusterQueueDoc, QuotaDocument, decode, quantity_at
-from quota.config import to_quota_config
+from quota.config import (
+    ClusterQueueDoc,
+    CohortDoc,
+    QuotaDocument,
+    decode,
+    quantity_at,
+    to_quota_config,
+)
 from quota.errors import ScenarioError
 from quota.model import Admission, PodSet, PodSetAssignment, QuotaConfig, Workload
 
@@ -79,7 +85,7 @@ class ExpectDoc(_Doc):
 
 
 class StepDoc(_Doc):
-    schedule: ScheduleDoc | None | msgspec.UnsetType = UNSET
+    schedule: ScheduleDoc | msgspec.UnsetType | None = UNSET
     expect: ExpectDoc | msgspec.UnsetType = UNSET
     submit: list[WorkloadDoc] | msgspec.UnsetType = UNSET
     finish: list[str] | msgspec.UnsetType = UNSET
@@ -175,7 +181,9 @@ def load_scenario(path: str | Path) -> Scenario:
 def parse_scenario(data: Any) -> Scenario:
     """Check already-parsed YAML data and build a :class:`Scenario`."""
     if not isinstance(data, dict):
-        raise ScenarioError("(top level): a scenario is a mapping with flavors, cluster_queues, ...")
+        raise ScenarioError(
+            "(top level): a scenario is a mapping with flavors, cluster_queues, ..."
+        )
     doc = decode(data, ScenarioDoc, ScenarioError)
     config = to_quota_config(
         QuotaDocument(
@@ -204,10 +212,14 @@ class _Checker:
         if doc.name in self.names:
             raise ScenarioError(f"{path}.name: workload {doc.name!r} is declared twice")
         if doc.cluster_queue not in self.queues:
-            raise ScenarioError(f"{path}.cluster_queue: unknown cluster queue {doc.cluster_queue!r}")
+            raise ScenarioError(
+                f"{path}.cluster_queue: unknown cluster queue {doc.cluster_queue!r}"
+            )
         if not doc.pod_sets:
             raise ScenarioError(f"{path}.pod_sets: a workload needs at least one pod set")
-        pod_sets = tuple(self._pod_set(f"{path}.pod_sets[{i}]", p) for i, p in enumerate(doc.pod_sets))
+        pod_sets = tuple(
+            self._pod_set(f"{path}.pod_sets[{i}]", p) for i, p in enumerate(doc.pod_sets)
+        )
         if len({p.name for p in pod_sets}) != len(pod_sets):
             raise ScenarioError(f"{path}.pod_sets: pod set names must be unique")
         workload = Workload(

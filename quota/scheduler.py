@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from enum import Enum
 
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
-from quota.fair_sharing import compare_drs, dominant_resource_share
-from quota.flavor_assigner import Assignment, FlavorAssigner, Mode, find_borrow_level
+from quota.entry import Entry, Status
+from quota.fair_iterator import fair_sharing_order
+from quota.flavor_assigner import Assignment, FlavorAssigner, Mode, Simulator, find_borrow_level
 from quota.model import Admission, PodSetAssignment, ReclaimWithinCohort, Workload
 from quota.partial import can_be_partially_admitted, search
 from quota.preemption import PreemptionRequest, Preemptor, Target
@@ -31,32 +31,6 @@ from quota.resources import FlavorResource
 from quota.tree import queue_available
 
 __all__ = ["CycleResult", "Scheduler"]
-
-
-class Status(Enum):
-    NOMINATED = "nominated"
-    SKIPPED = "skipped"
-    ADMITTED = "admitted"
-    PREEMPTING = "preempting"
-    INADMISSIBLE = "inadmissible"
-
-
-@dataclass
-class Entry:
-    """A head in one cycle: its assignment, victims, outcome and why."""
-
-    workload: Workload
-    queue: ClusterQueueNode
-    assignment: Assignment
-    targets: list[Target] = field(default_factory=list)
-    status: Status = Status.NOMINATED
-    reason: PendingReason | None = None
-    immediate: bool = False  # requeue at the front even in a BestEffortFIFO queue
-
-    def mark(self, status: Status, code: ReasonCode, message: str, *, immediate: bool) -> None:
-        self.status = status
-        self.reason = PendingReason(code, message, tuple(self.assignment.blockers))
-        self.immediate = immediate
 
 
 @dataclass
@@ -163,17 +137,21 @@ class Scheduler:
         )
         return self.preemptor.targets(request)
 
-    def _simulator(self, workload: Workload, queue: ClusterQueueNode):  # type: ignore[no-untyped-def]
+    def _simulator(self, workload: Workload, queue: ClusterQueueNode) -> Simulator:
         def simulate(fr: FlavorResource, amount: int) -> tuple[Mode, int]:
             request = PreemptionRequest(workload, queue, {fr: amount}, frozenset((fr,)))
             targets = self.preemptor.targets(request)
             if not targets:
                 return Mode.NO_CANDIDATES, find_borrow_level(queue, fr, amount)[0]
             for target in targets:
-                self.state.refund(self.state.queues[target.record.admission.cluster_queue], target.record.usage)
+                self.state.refund(
+                    self.state.queues[target.record.admission.cluster_queue], target.record.usage
+                )
             borrow = find_borrow_level(queue, fr, amount)[0]
             for target in targets:
-                self.state.charge(self.state.queues[target.record.admission.cluster_queue], target.record.usage)
+                self.state.charge(
+                    self.state.queues[target.record.admission.cluster_queue], target.record.usage
+                )
             own = any(t.record.admission.cluster_queue == queue.name for t in targets)
             return (Mode.PREEMPT if own else Mode.RECLAIM), borrow
 
@@ -185,14 +163,16 @@ class Scheduler:
         if not self.fair_sharing:
             yield from sorted(entries, key=_classical_key)
             return
-        yield from _FairSharingIterator(self.state, entries)
+        yield from fair_sharing_order(self.state, entries)
 
     # -- 4. processing ------------------------------------------------------------------
 
     def _process(self, entry: Entry, cycle: _Cycle, now: float, result: CycleResult) -> None:
         mode = entry.assignment.mode
         if mode is Mode.NO_FIT:
-            entry.mark(Status.INADMISSIBLE, _no_fit_code(entry), _no_fit_message(entry), immediate=False)
+            entry.mark(
+                Status.INADMISSIBLE, _no_fit_code(entry), _no_fit_message(entry), immediate=False
+            )
             return
         if mode.needs_preemption and not entry.targets:
             entry.mark(
@@ -325,76 +305,3 @@ def _no_fit_message(entry: Entry) -> str:
     if not blockers:
         return "does not fit"
     return "; ".join(dict.fromkeys(b.message for b in blockers))
-
-
-class _FairSharingIterator:
-    """Kueue's ``fair_sharing_iterator``: at every pop, a tournament down each cohort
-    tree picks the head whose admission leaves its subtree the smallest share."""
-
-    def __init__(self, state: ClusterState, entries: list[Entry]) -> None:
-        self.state = state
-        self.pending = {e.queue.name: e for e in entries}
-
-    def __iter__(self) -> Iterator[Entry]:
-        while self.pending:
-            name = min(self.pending)
-            entry = self.pending[name]
-            if entry.queue.parent is not None:
-                entry = self._tournament_winner(entry.queue)
-            del self.pending[entry.queue.name]
-            yield entry
-
-    def _tournament_winner(self, queue: ClusterQueueNode) -> Entry:
-        root = self.state.root_of(queue)
-        shares: dict[tuple[str, str], object] = {}
-        requested: dict[str, dict[FlavorResource, int]] = {}
-        for member in self.state.queues_under(root):
-            entry = self.pending.get(member.name)
-            if entry is None:
-                continue
-            usage = entry.assignment.usage
-            self.state.charge(member, usage)
-            requested[entry.workload.name] = usage
-            share = dominant_resource_share(member)
-            node = member.parent
-            while node is not None:
-                shares[(node.name, entry.workload.name)] = share
-                share = dominant_resource_share(node)
-                node = node.parent
-            self.state.refund(member, usage)
-        winner = self._run(root, shares, requested)
-        assert winner is not None
-        return winner
-
-    def _run(self, cohort, shares, requested):  # type: ignore[no-untyped-def]
-        contenders = []
-        for child in sorted(cohort.child_cohorts, key=lambda c: c.name):
-            best = self._run(child, shares, requested)
-            if best is not None:
-                contenders.append(best)
-        for queue in sorted(cohort.child_queues, key=lambda q: q.name):
-            if queue.name in self.pending:
-                contenders.append(self.pending[queue.name])
-        if not contenders:
-            return None
-        best = contenders[0]
-        for current in contenders[1:]:
-            if _fair_less(current, best, cohort.name, shares, requested):
-                best = current
-        return best
-
-
-def _fair_less(a, b, parent, shares, requested) -> bool:  # type: ignore[no-untyped-def]
-    da, db = shares[(parent, a.workload.name)], shares[(parent, b.workload.name)]
-    a_borrows = da.borrowing_on(requested[a.workload.name])
-    b_borrows = db.borrowing_on(requested[b.workload.name])
-    if a_borrows != b_borrows:
-        return not a_borrows
-    versus = compare_drs(da, db)
-    if versus != 0:
-        return versus < 0
-    if a.workload.priority != b.workload.priority:
-        return a.workload.priority > b.workload.priority
-    if a.workload.created != b.workload.created:
-        return a.workload.created < b.workload.created
-    return a.workload.name < b.workload.name

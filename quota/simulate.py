@@ -40,7 +40,9 @@ class SimulationResult:
             admitted = ", ".join(sorted(snap["admitted"])) or "-"
             pending = ", ".join(snap["pending"]) or "-"
             preempted = ", ".join(snap["preempted"]) or "-"
-            lines.append(f"expect {i}: admitted {admitted}; pending {pending}; preempted {preempted}")
+            lines.append(
+                f"expect {i}: admitted {admitted}; pending {pending}; preempted {preempted}"
+            )
         lines.append("ok" if self.ok else f"{len(self.failures)} expectation(s) failed")
         return "\n".join(lines)
 
@@ -146,9 +148,7 @@ def _compare(expect: Expect, snap: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _compare_admitted(
-    want: dict[str, dict[str, ExpectedPodSet]], got: dict[str, Any]
-) -> list[str]:
+def _compare_admitted(want: dict[str, dict[str, ExpectedPodSet]], got: dict[str, Any]) -> list[str]:
     problems = []
     missing, unexpected = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     if missing or unexpected:

@@ -74,7 +74,8 @@ def classical_targets(state: ClusterState, request: PreemptionRequest) -> list[T
     ]
     policy = queue.spec.preemption
     forbidden = policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
-    if not hierarchical and not by_priority or (forbidden and not _under_nominal(request)):
+    attempts: tuple[bool, ...]
+    if (not hierarchical and not by_priority) or (forbidden and not _under_nominal(request)):
         attempts = (True,)
     elif forbidden and not hierarchical:
         attempts = (False, True)
@@ -97,9 +98,7 @@ def classical_targets(state: ClusterState, request: PreemptionRequest) -> list[T
 
 def _under_nominal(request: PreemptionRequest) -> bool:
     queue = request.queue
-    return all(
-        queue.usage.get(fr, 0) < queue.quota(fr).nominal for fr in request.needs_preemption
-    )
+    return all(queue.usage.get(fr, 0) < queue.quota(fr).nominal for fr in request.needs_preemption)
 
 
 def _variant(request: PreemptionRequest, record: AdmittedWorkload, advantage: bool) -> _Variant:

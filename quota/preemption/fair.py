@@ -254,7 +254,9 @@ class _TargetOrdering:
                 continue
             versus = compare_drs(share, best_queue_share)
             if versus > 0 or (
-                versus == 0 and best_queue is not None and self._first_sorts_first(queue, best_queue)
+                versus == 0
+                and best_queue is not None
+                and self._first_sorts_first(queue, best_queue)
             ):
                 best_queue, best_queue_share = queue, share
         best_cohort, best_cohort_share = None, NEGATIVE_DRS
