@@ -36,7 +36,7 @@ class AdmittedWorkload:
 
 
 class CohortNode(ResourceNode):
-    __slots__ = ("child_cohorts", "child_queues", "spec")
+    __slots__ = ("child_cohorts", "child_queues", "height", "spec")
 
     def __init__(self, spec: CohortSpec) -> None:
         super().__init__(
@@ -45,6 +45,7 @@ class CohortNode(ResourceNode):
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
+        self.height = 0  # distance to the furthest leaf below (Kueue's getNodeHeight)
 
     @property
     def cohort(self) -> CohortNode | None:
@@ -172,6 +173,10 @@ class ClusterState:
 
 
 def _set_subtree_quotas(cohort: CohortNode) -> None:
+    """Post-order: children first, so a cohort sums finished subtrees."""
+    height = min(len(cohort.child_cohorts) + len(cohort.child_queues), 1)
     for child in cohort.child_cohorts:
         _set_subtree_quotas(child)
+        height = max(height, child.height + 1)
+    cohort.height = height
     cohort.set_subtree_quota(cohort.children())

@@ -38,3 +38,8 @@ class Entry:
         self.status = status
         self.reason = PendingReason(code, message, tuple(self.assignment.blockers))
         self.immediate = immediate
+
+    @property
+    def sticky(self) -> bool:
+        """Waiting for its own preemptions: keeps its place at the head."""
+        return self.status is Status.PREEMPTING

@@ -239,13 +239,6 @@ def _try_next(mode: tuple[Mode, int], fungibility: FlavorFungibility) -> bool:
     return borrow != 0 and fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
 
 
-def node_height(cohort: CohortNode) -> int:
-    height = min(len(cohort.child_cohorts) + len(cohort.child_queues), 1)
-    for child in cohort.child_cohorts:
-        height = max(height, node_height(child) + 1)
-    return height
-
-
 def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
     """Height of the lowest cohort subtree that can hold ``amount`` more (0 when the
     queue needs no borrowing), and whether that subtree is below the root."""
@@ -257,8 +250,8 @@ def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) 
     root = parent
     while node is not None:
         if node.usage.get(fr, 0) + remaining <= node.subtree_quota.get(fr, 0):
-            return node_height(node), node.parent is not None
+            return node.height, node.parent is not None
         remaining -= local_available(node, fr)
         root = node
         node = node.cohort
-    return node_height(root), False
+    return root.height, False

@@ -9,7 +9,7 @@ tree. A StrictFIFO head stays at the front and blocks its queue.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from quota.model import QueueingStrategy, Workload
@@ -23,6 +23,15 @@ def queue_key(workload: Workload) -> QueueKey:
     return (-workload.priority, workload.created, workload.name)
 
 
+def equivalence_key(workload: Workload) -> Hashable:
+    """Workloads with the same key get the same flavor assignment and preemption
+    outcome (Kueue's scheduling equivalence hash)."""
+    return (
+        workload.priority,
+        tuple((p.count, p.min_count, tuple(sorted(p.requests.items()))) for p in workload.pod_sets),
+    )
+
+
 @dataclass
 class PendingQueue:
     name: str
@@ -30,26 +39,60 @@ class PendingQueue:
     heap: list[tuple[QueueKey, Workload]] = field(default_factory=list)
     active: dict[str, Workload] = field(default_factory=dict)
     inadmissible: dict[str, Workload] = field(default_factory=dict)
+    # A BestEffortFIFO preemptor waiting for its victims stays at the front (Kueue's
+    # sticky workload), so the quota it freed is not taken by whoever comes next.
+    sticky: str | None = None
+    # Equivalence classes known not to fit since quota was last released here.
+    blocked: set[Hashable] = field(default_factory=set)
+    by_class: dict[Hashable, dict[str, Workload]] = field(default_factory=dict)
 
     def push(self, workload: Workload) -> None:
         self.inadmissible.pop(workload.name, None)
+        key = equivalence_key(workload)
+        if key in self.blocked:
+            self.inadmissible[workload.name] = workload
+            return
         self.active[workload.name] = workload
+        self.by_class.setdefault(key, {})[workload.name] = workload
         heapq.heappush(self.heap, (queue_key(workload), workload))
+
+    def _deactivate(self, workload: Workload) -> None:
+        del self.active[workload.name]
+        members = self.by_class.get(equivalence_key(workload))
+        if members is not None:
+            members.pop(workload.name, None)
 
     def pop(self) -> Workload | None:
         """Take the head out of the queue (it is *in flight* until requeued)."""
+        sticky, self.sticky = self.sticky, None
+        if sticky is not None and sticky in self.active:
+            workload = self.active[sticky]
+            self._deactivate(workload)
+            return workload
         while self.heap:
             _, workload = heapq.heappop(self.heap)
             # Entries of deleted or re-pushed workloads stay in the heap; skip them.
             if self.active.get(workload.name) is workload:
-                del self.active[workload.name]
+                self._deactivate(workload)
                 return workload
         return None
 
-    def set_aside(self, workload: Workload) -> None:
+    def set_aside(self, workload: Workload, *, with_equivalents: bool) -> list[str]:
+        """Set a head aside; with ``with_equivalents`` also every pending workload that
+        would fare the same. Returns the names of those equivalents."""
         self.inadmissible[workload.name] = workload
+        if not with_equivalents:
+            return []
+        key = equivalence_key(workload)
+        self.blocked.add(key)
+        moved = list(self.by_class.pop(key, {}).values())
+        for other in moved:
+            del self.active[other.name]
+            self.inadmissible[other.name] = other
+        return [w.name for w in moved]
 
     def requeue_inadmissible(self) -> bool:
+        self.blocked.clear()
         if not self.inadmissible:
             return False
         for workload in list(self.inadmissible.values()):
@@ -57,9 +100,11 @@ class PendingQueue:
         return True
 
     def remove(self, name: str) -> bool:
-        return (
-            self.active.pop(name, None) is not None or self.inadmissible.pop(name, None) is not None
-        )
+        workload = self.active.get(name)
+        if workload is not None:
+            self._deactivate(workload)
+            return True
+        return self.inadmissible.pop(name, None) is not None
 
     def __len__(self) -> int:
         return len(self.active) + len(self.inadmissible)
@@ -97,14 +142,19 @@ class QueueManager:
                 heads.append(head)
         return heads
 
-    def requeue(self, workload: Workload, *, immediate: bool) -> None:
-        """Return a head that was not admitted: to the front, or set aside."""
+    def requeue(self, workload: Workload, *, immediate: bool, sticky: bool = False) -> list[str]:
+        """Return a head that was not admitted: to the front, or set aside. A
+        ``sticky`` one (waiting for its preemptions) stays the head of a
+        BestEffortFIFO queue whatever arrives meanwhile. Set aside, it takes the
+        workloads equivalent to it along; their names are returned."""
         queue = self.queues[workload.cluster_queue]
-        if immediate or queue.strategy is QueueingStrategy.STRICT_FIFO:
+        if sticky and queue.strategy is QueueingStrategy.BEST_EFFORT_FIFO:
+            queue.sticky = workload.name
+        if immediate or sticky or queue.strategy is QueueingStrategy.STRICT_FIFO:
             queue.push(workload)
             self._ready.add(queue.name)
-        else:
-            queue.set_aside(workload)
+            return []
+        return queue.set_aside(workload, with_equivalents=True)
 
     def requeue_inadmissible(self, queue_names: Iterable[str]) -> None:
         for name in queue_names:

@@ -77,10 +77,14 @@ class Scheduler:
         # 5. Requeue, release, retry.
         cycle.release_reservations()
         for entry in entries:
-            if entry.status is not Status.ADMITTED:
-                self.queues.requeue(entry.workload, immediate=entry.immediate)
-                if entry.reason is not None:
-                    result.reasons[entry.workload.name] = entry.reason
+            if entry.status is Status.ADMITTED:
+                continue
+            alike = self.queues.requeue(
+                entry.workload, immediate=entry.immediate, sticky=entry.sticky
+            )
+            if entry.reason is not None:
+                for name in (entry.workload.name, *alike):
+                    result.reasons[name] = entry.reason
         touched = set()
         for record in cycle.preempted.values():
             self.state.release(record.name)

@@ -80,18 +80,21 @@ def queue_available(node: ResourceNode, fr: FlavorResource) -> int:
 def available(node: ResourceNode, fr: FlavorResource) -> int:
     """What a workload in ``node`` may still take: local free quota plus what the
     ancestors can give, each hop capped by the node's borrowing limit."""
-    usage = node.usage.get(fr, 0)
-    parent = node.parent
-    if parent is None:
-        return node.subtree_quota.get(fr, 0) - usage
-    guaranteed = node.guaranteed.get(fr, 0)
-    from_parent = available(parent, fr)
-    limit = node.quota(fr).borrowing_limit
-    if limit is not None:
-        stored_in_parent = node.subtree_quota.get(fr, 0) - guaranteed
-        used_in_parent = max(0, usage - guaranteed)
-        from_parent = min(from_parent, stored_in_parent - used_in_parent + limit)
-    return max(0, guaranteed - usage) + from_parent
+    path = []
+    while node.parent is not None:
+        path.append(node)
+        node = node.parent
+    total = node.subtree_quota.get(fr, 0) - node.usage.get(fr, 0)
+    for child in reversed(path):
+        usage = child.usage.get(fr, 0)
+        guaranteed = child.guaranteed.get(fr, 0)
+        quota = child.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            stored_in_parent = child.subtree_quota.get(fr, 0) - guaranteed
+            used_in_parent = max(0, usage - guaranteed)
+            total = min(total, stored_in_parent - used_in_parent + quota.borrowing_limit)
+        total += max(0, guaranteed - usage)
+    return total
 
 
 def potential_available(node: ResourceNode, fr: FlavorResource) -> int:
