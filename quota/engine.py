@@ -10,7 +10,7 @@ from quota.cache import AdmittedWorkload, ClusterState
 from quota.errors import WorkloadError
 from quota.model import Admission, QuotaConfig, Workload
 from quota.queues import QueueManager
-from quota.reasons import PendingReason
+from quota.reasons import PendingReason, ReasonCode
 from quota.scheduler import CycleResult, Scheduler
 
 __all__ = ["QuotaEngine"]
@@ -48,10 +48,16 @@ class QuotaEngine:
         return iter(self._pending.values())
 
     def reason(self, name: str) -> PendingReason | None:
-        """Why a pending workload waits (``None`` if it is not pending or not yet tried)."""
-        if name not in self._pending:
+        """Why a pending workload waits (``None`` if it is not pending)."""
+        workload = self._pending.get(name)
+        if workload is None:
             return None
-        return self._reasons.get(name)
+        queue = workload.cluster_queue
+        if self.state.queues[queue].spec.stopped:
+            return PendingReason(ReasonCode.QUEUE_STOPPED, f"cluster queue {queue} is stopped")
+        return self._reasons.get(name) or PendingReason(
+            ReasonCode.QUEUED, f"not yet considered: other workloads of {queue} are ahead of it"
+        )
 
     # -- changing ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ class ReasonCode(StrEnum):
     WAITING_FOR_PREEMPTION = "WaitingForPreemptedWorkloads"
     NO_LONGER_FITS = "NoLongerFits"
     QUEUE_STOPPED = "ClusterQueueStopped"
+    QUEUED = "Queued"
 
 
 class BlockerLevel(StrEnum):

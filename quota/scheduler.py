@@ -182,7 +182,7 @@ class Scheduler:
             entry.mark(
                 Status.INADMISSIBLE,
                 ReasonCode.NO_PREEMPTION_CANDIDATES,
-                "needs preemption, but no workload may be preempted for it",
+                f"needs preemption, but no workload may be preempted for it: {_no_fit_message(entry)}",
                 immediate=False,
             )
             if entry.queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:

@@ -1,0 +1,118 @@
+"""The engine's public API beyond scenarios: reasons, errors, lifecycle."""
+
+from __future__ import annotations
+
+import pytest
+
+from quota import (
+    ClusterQueueSpec,
+    CohortSpec,
+    FlavorQuotas,
+    PodSet,
+    QuotaConfig,
+    QuotaEngine,
+    ReasonCode,
+    ResourceGroup,
+    ResourceQuota,
+    Workload,
+    WorkloadError,
+)
+from quota.reasons import BlockerLevel
+
+GPU = "nvidia.com/gpu"
+
+
+def gpu_queue(
+    name: str, nominal: int, *, cohort: str | None = None, **kw: object
+) -> ClusterQueueSpec:
+    limit = kw.pop("borrowing_limit", None)
+    group = ResourceGroup(
+        resources=(GPU,),
+        flavors=(FlavorQuotas("h100", {GPU: ResourceQuota(nominal * 1000, limit)}),),  # type: ignore[arg-type]
+    )
+    return ClusterQueueSpec(name=name, cohort=cohort, resource_groups=(group,), **kw)  # type: ignore[arg-type]
+
+
+def job(name: str, queue: str, gpus: int, created: float = 0, priority: int = 0) -> Workload:
+    pod_set = PodSet("main", count=gpus, requests={GPU: 1000})
+    return Workload(name, queue, (pod_set,), priority=priority, created=created)
+
+
+def engine(*queues: ClusterQueueSpec) -> QuotaEngine:
+    cohorts = tuple(CohortSpec(c) for c in {q.cohort for q in queues if q.cohort})
+    config = QuotaConfig(flavors=("h100",), cohorts=cohorts, cluster_queues=queues)
+    return QuotaEngine(config, clock=iter(range(1, 10**6)).__next__)  # type: ignore[arg-type]
+
+
+def test_reason_names_the_cohort_and_resource_that_block() -> None:
+    e = engine(gpu_queue("a", 4, cohort="org"), gpu_queue("b", 4, cohort="org"))
+    e.add(job("big", "a", 6))
+    e.schedule()
+    e.add(job("huge", "b", 4))  # within b's nominal, but a borrowed two of b's GPUs
+    e.schedule()
+    assert set(e.admitted) == {"big"}
+    reason = e.reason("huge")
+    # b's request is within its nominal quota, but its policy lets it preempt nobody
+    assert reason is not None and reason.code is ReasonCode.NO_PREEMPTION_CANDIDATES
+    blocker = reason.blockers[0]
+    assert (blocker.level, blocker.name, blocker.resource, blocker.flavor) == (
+        BlockerLevel.COHORT,
+        "org",
+        GPU,
+        "h100",
+    )
+    assert "2 available" in reason.message
+
+
+def test_reason_names_the_queue_whose_borrowing_limit_binds() -> None:
+    e = engine(
+        gpu_queue("a", 2, cohort="org", borrowing_limit=1000), gpu_queue("b", 8, cohort="org")
+    )
+    e.add(job("w", "a", 4))
+    e.schedule()
+    reason = e.reason("w")
+    assert reason is not None
+    assert (reason.blockers[0].level, reason.blockers[0].name) == (BlockerLevel.CLUSTER_QUEUE, "a")
+
+
+def test_a_request_above_what_the_tree_could_ever_give_is_said_so() -> None:
+    e = engine(gpu_queue("a", 2))
+    e.add(job("w", "a", 3))
+    e.schedule()
+    reason = e.reason("w")
+    assert reason is not None and reason.code is ReasonCode.EXCEEDS_MAX_QUOTA
+
+
+def test_stopped_queue_admits_nothing_and_says_why() -> None:
+    e = engine(gpu_queue("a", 8, stopped=True))
+    e.add(job("w", "a", 1))
+    assert e.schedule_once().admitted == []
+    reason = e.reason("w")
+    assert reason is not None and reason.code is ReasonCode.QUEUE_STOPPED
+
+
+def test_finish_releases_quota_and_the_next_workload_gets_it() -> None:
+    e = engine(gpu_queue("a", 4))
+    e.add(job("first", "a", 4, created=1))
+    e.add(job("second", "a", 4, created=2))
+    e.schedule()
+    assert set(e.admitted) == {"first"}
+    e.finish("first")
+    e.schedule()
+    assert set(e.admitted) == {"second"}
+    assert e.reason("second") is None
+
+
+def test_errors_for_impossible_operations() -> None:
+    e = engine(gpu_queue("a", 4))
+    e.add(job("w", "a", 8))
+    with pytest.raises(WorkloadError, match="not admitted"):
+        e.finish("w")
+    with pytest.raises(WorkloadError, match="already exists"):
+        e.add(job("w", "a", 1))
+    with pytest.raises(WorkloadError, match="unknown cluster queue"):
+        e.add(job("x", "nope", 1))
+    with pytest.raises(WorkloadError, match="neither pending nor admitted"):
+        e.delete("ghost")
+    e.delete("w")
+    assert list(e.pending()) == []
