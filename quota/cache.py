@@ -7,7 +7,8 @@ or releasing a workload touches only the nodes on its queue's path to the root.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from quota.model import Admission, ClusterQueueSpec, CohortSpec, QuotaConfig, Workload, iter_quotas
@@ -95,6 +96,9 @@ class ClusterState:
     queues: dict[str, ClusterQueueNode] = field(default_factory=dict)
     cohorts: dict[str, CohortNode] = field(default_factory=dict)
     admitted: dict[str, AdmittedWorkload] = field(default_factory=dict)
+    # Bumped on every admission or release in a tree (by id of its root): Kueue's
+    # allocatable-resource generation, which tells a stale flavor scan apart.
+    generations: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: QuotaConfig) -> ClusterState:
@@ -148,18 +152,48 @@ class ClusterState:
             yield from cohort.child_queues
             stack.extend(cohort.child_cohorts)
 
+    def generation(self, queue: ClusterQueueNode) -> int:
+        return self.generations.get(id(self.root_of(queue)), 0)
+
     def admit(self, record: AdmittedWorkload) -> None:
+        queue = self.attach(record)
+        root = id(self.root_of(queue))
+        self.generations[root] = self.generations.get(root, 0) + 1
+
+    def release(self, name: str) -> AdmittedWorkload:
+        record = self.admitted[name]
+        queue = self.detach(record)
+        root = id(self.root_of(queue))
+        self.generations[root] = self.generations.get(root, 0) + 1
+        return record
+
+    def attach(self, record: AdmittedWorkload) -> ClusterQueueNode:
+        """Make ``record`` hold its quota (no generation change: for simulations)."""
         queue = self.queues[record.admission.cluster_queue]
         queue.admitted[record.name] = record
         self.admitted[record.name] = record
         self.charge(queue, record.usage)
+        return queue
 
-    def release(self, name: str) -> AdmittedWorkload:
-        record = self.admitted.pop(name)
+    def detach(self, record: AdmittedWorkload) -> ClusterQueueNode:
+        """Undo :meth:`attach`."""
         queue = self.queues[record.admission.cluster_queue]
-        del queue.admitted[name]
+        del queue.admitted[record.name]
+        del self.admitted[record.name]
         self.refund(queue, record.usage)
-        return record
+        return queue
+
+    @contextmanager
+    def without(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:
+        """Simulate that ``records`` hold no quota, then put them back."""
+        gone = list(records)
+        for record in gone:
+            self.detach(record)
+        try:
+            yield
+        finally:
+            for record in reversed(gone):
+                self.attach(record)
 
     @staticmethod
     def charge(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:

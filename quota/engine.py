@@ -32,7 +32,7 @@ class QuotaEngine:
     def __init__(self, config: QuotaConfig, *, clock: Clock = time.time) -> None:
         self.config = config
         self.state = ClusterState.build(config)
-        self.queues = QueueManager((q.name, q.queueing_strategy) for q in config.cluster_queues)
+        self.queues = QueueManager(config.cluster_queues)
         self._pending: dict[str, Workload] = {}
         self._reasons: dict[str, PendingReason] = {}
         self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
@@ -104,6 +104,7 @@ class QuotaEngine:
             workload = self._pending.pop(name)
             self._reasons.pop(name, None)
             self.queues.remove(workload)
+            self._scheduler.forget(name)
         else:
             raise WorkloadError(f"workload {name!r} is neither pending nor admitted")
 

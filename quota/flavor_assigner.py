@@ -36,6 +36,7 @@ __all__ = [
     "FlavorChoice",
     "Mode",
     "PodSetAssignment",
+    "ScanProgress",
     "Simulator",
     "find_borrow_level",
 ]
@@ -88,6 +89,12 @@ class Assignment:
 
     pod_sets: list[PodSetAssignment]
     usage: dict[FlavorResource, int]
+    progress: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    @property
+    def pending_flavors(self) -> bool:
+        """Some group's flavor scan stopped before its last flavor."""
+        return any(index != -1 for index in self.progress.values())
 
     @property
     def borrowing(self) -> int:
@@ -119,8 +126,16 @@ class Assignment:
         return [b for p in self.pod_sets for b in p.blockers]
 
 
+# (pod set index, resource that started the group's search) -> flavor index tried last
+ScanProgress = dict[tuple[int, str], int]
+
+
 class FlavorAssigner:
-    """Assigns flavors for one workload against the live usage of its queue."""
+    """Assigns flavors for one workload against the live usage of its queue.
+
+    ``resume`` continues each group's flavor scan after the flavor where the
+    previous attempt stopped (Kueue's preserved scan progress).
+    """
 
     def __init__(
         self,
@@ -129,17 +144,19 @@ class FlavorAssigner:
         simulate: Simulator,
         *,
         fair_sharing: bool = False,
+        resume: ScanProgress | None = None,
     ) -> None:
         self.workload = workload
         self.queue = queue
         self.simulate = simulate
         self.fair_sharing = fair_sharing
+        self.resume = resume or {}
 
     def assign(self, counts: list[int] | None = None) -> Assignment:
         assignment = Assignment(pod_sets=[], usage={})
         for index, pod_set in enumerate(self.workload.pod_sets):
             count = pod_set.count if counts is None else counts[index]
-            result = self._assign_pod_set(pod_set, count, assignment.usage)
+            result = self._assign_pod_set(index, pod_set, count, assignment)
             assignment.pod_sets.append(result)
             for resource, choice in result.flavors.items():
                 amount = result.requests[resource]
@@ -150,7 +167,7 @@ class FlavorAssigner:
         return assignment
 
     def _assign_pod_set(
-        self, pod_set: PodSet, count: int, taken: dict[FlavorResource, int]
+        self, index: int, pod_set: PodSet, count: int, assignment: Assignment
     ) -> PodSetAssignment:
         requests = {r: v * count for r, v in pod_set.requests.items() if v}
         result = PodSetAssignment(pod_set.name, count, requests)
@@ -158,31 +175,42 @@ class FlavorAssigner:
         for resource in requests:
             if resource in result.flavors:
                 continue  # already placed with the rest of its group
-            index = groups.get(resource)
-            if index is None:
+            group_index = groups.get(resource)
+            if group_index is None:
                 result.failed = True
                 result.blockers.append(Blocker.uncovered(self.queue.name, resource))
                 return result
-            group = self.queue.spec.resource_groups[index]
+            group = self.queue.spec.resource_groups[group_index]
             wanted = {r: v for r, v in requests.items() if r in group.resources}
-            chosen = self._find_flavor(group, wanted, taken, result.blockers)
+            first = self.resume.get((index, resource), -1) + 1
+            chosen, tried = self._find_flavor(
+                group, first, wanted, assignment.usage, result.blockers
+            )
             if chosen is None:
                 result.failed = True
                 return result
             result.flavors.update(chosen)
+            for covered in chosen:
+                assignment.progress[(index, covered)] = tried
         return result
 
     def _find_flavor(
         self,
         group: ResourceGroup,
+        first: int,
         requests: dict[str, int],
         taken: dict[FlavorResource, int],
         blockers: list[Blocker],
-    ) -> dict[str, FlavorChoice] | None:
+    ) -> tuple[dict[str, FlavorChoice] | None, int]:
+        """The chosen flavor per resource, and where the scan stopped (-1: at the end)."""
         fungibility = self.queue.spec.flavor_fungibility
         best: dict[str, FlavorChoice] | None = None
         best_mode = (Mode.NO_FIT, 0)
-        for flavor in group.flavors:
+        flavors = group.flavors
+        attempted = len(flavors) - 1
+        for position in range(min(first, len(flavors)), len(flavors)):
+            flavor = flavors[position]
+            attempted = position
             choices: dict[str, FlavorChoice] = {}
             worst = (Mode.FIT, 0)
             for resource, amount in requests.items():
@@ -194,10 +222,11 @@ class FlavorAssigner:
                 if mode is Mode.NO_FIT:
                     break
             if not _try_next(worst, fungibility):
-                return choices
-            if _preferred((worst[0], worst[1]), best_mode):
+                best = choices
+                break
+            if _preferred(worst, best_mode):
                 best, best_mode = choices, worst
-        return best
+        return best, (-1 if attempted == len(flavors) - 1 else attempted)
 
     def _fits(self, fr: FlavorResource, amount: int, blockers: list[Blocker]) -> tuple[Mode, int]:
         queue = self.queue
@@ -220,11 +249,14 @@ class FlavorAssigner:
 
 
 def _preferred(a: tuple[Mode, int], b: tuple[Mode, int]) -> bool:
-    """Is ``a`` strictly better than ``b``? Better mode first, then less borrowing."""
+    """Is ``a`` strictly better than ``b``? A mode that fits or can preempt before one
+    without candidates; then the better mode; then less borrowing."""
     if a[0] is Mode.NO_FIT:
         return False
     if b[0] is Mode.NO_FIT:
         return True
+    if (a[0] is Mode.NO_CANDIDATES) != (b[0] is Mode.NO_CANDIDATES):
+        return b[0] is Mode.NO_CANDIDATES
     if a[0] != b[0]:
         return a[0] > b[0]
     return a[1] < b[1]

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from quota.model import QueueingStrategy, Workload
+from quota.model import ClusterQueueSpec, QueueingStrategy, WithinClusterQueue, Workload
 
 __all__ = ["PendingQueue", "QueueManager", "queue_key"]
 
@@ -36,6 +36,9 @@ def equivalence_key(workload: Workload) -> Hashable:
 class PendingQueue:
     name: str
     strategy: QueueingStrategy
+    # Whether workloads alike in priority and pod sets fare alike here. Not so when
+    # LowerOrNewerEqualPriority makes the creation time matter for preemption.
+    equivalence: bool = True
     heap: list[tuple[QueueKey, Workload]] = field(default_factory=list)
     active: dict[str, Workload] = field(default_factory=dict)
     inadmissible: dict[str, Workload] = field(default_factory=dict)
@@ -81,7 +84,7 @@ class PendingQueue:
         """Set a head aside; with ``with_equivalents`` also every pending workload that
         would fare the same. Returns the names of those equivalents."""
         self.inadmissible[workload.name] = workload
-        if not with_equivalents:
+        if not with_equivalents or not self.equivalence:
             return []
         key = equivalence_key(workload)
         self.blocked.add(key)
@@ -117,8 +120,16 @@ class PendingQueue:
 class QueueManager:
     """All pending queues; hands out one head per queue for each cycle."""
 
-    def __init__(self, strategies: Iterable[tuple[str, QueueingStrategy]]) -> None:
-        self.queues = {name: PendingQueue(name, strategy) for name, strategy in strategies}
+    def __init__(self, specs: Iterable[ClusterQueueSpec]) -> None:
+        self.queues = {
+            spec.name: PendingQueue(
+                spec.name,
+                spec.queueing_strategy,
+                equivalence=spec.preemption.within_cluster_queue
+                is not WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY,
+            )
+            for spec in specs
+        }
         self._ready: set[str] = set()  # queues that may have an active head
 
     def add(self, workload: Workload) -> None:

@@ -21,14 +21,21 @@ from dataclasses import dataclass, field
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.entry import Entry, Status
 from quota.fair_iterator import fair_sharing_order
-from quota.flavor_assigner import Assignment, FlavorAssigner, Mode, Simulator, find_borrow_level
+from quota.flavor_assigner import (
+    Assignment,
+    FlavorAssigner,
+    Mode,
+    ScanProgress,
+    Simulator,
+    find_borrow_level,
+)
 from quota.model import Admission, PodSetAssignment, ReclaimWithinCohort, Workload
 from quota.partial import can_be_partially_admitted, search
 from quota.preemption import PreemptionRequest, Preemptor, Target
 from quota.queues import QueueManager
 from quota.reasons import PendingReason, ReasonCode
 from quota.resources import FlavorResource
-from quota.tree import queue_available
+from quota.tree import add_usage, queue_available, remove_usage
 
 __all__ = ["CycleResult", "Scheduler"]
 
@@ -59,17 +66,24 @@ class Scheduler:
         self.queues = queues
         self.fair_sharing = fair_sharing
         self.preemptor = Preemptor(state, fair_sharing=fair_sharing)
+        self.cycle = 0
+        self._scans: dict[str, _ScanState] = {}
 
     # -- the cycle ----------------------------------------------------------------------
 
     def schedule_once(self, now: float) -> CycleResult:
+        self.cycle += 1
         result = CycleResult()
         stopped = [q.name for q in self.state.queues.values() if q.spec.stopped]
         # 1. Heads.
         heads = self.queues.heads(skip=stopped)
         result.heads = [w.name for w in heads]
         # 2. Nominate against the usage at the start of the cycle.
-        entries = [self._nominate(w) for w in heads]
+        entries = [self._nominate(w, resume=self._resume(w)) for w in heads]
+        for entry in entries:
+            self._scans[entry.workload.name] = _ScanState(
+                self.cycle, self.state.generation(entry.queue), entry.assignment.progress
+            )
         # 3-4. Order and process.
         cycle = _Cycle(self.state)
         for entry in self._ordered(entries, cycle):
@@ -77,6 +91,8 @@ class Scheduler:
         # 5. Requeue, release, retry.
         cycle.release_reservations()
         for entry in entries:
+            if entry.status is Status.ADMITTED or entry.sticky:
+                self._scans.pop(entry.workload.name, None)  # the next scan starts afresh
             if entry.status is Status.ADMITTED:
                 continue
             alike = self.queues.requeue(
@@ -86,7 +102,7 @@ class Scheduler:
                 for name in (entry.workload.name, *alike):
                     result.reasons[name] = entry.reason
         touched = set()
-        for record in cycle.preempted.values():
+        for record in list(cycle.preempted.values()):
             self.state.release(record.name)
             self.queues.add(record.workload)
             result.preempted_records.append(record)
@@ -95,6 +111,10 @@ class Scheduler:
             self.quota_released(name)
         return result
 
+    def forget(self, name: str) -> None:
+        """A workload left the system: drop what the scheduler remembers of it."""
+        self._scans.pop(name, None)
+
     def quota_released(self, queue_name: str) -> None:
         """Quota came free in a queue's tree: its set-aside workloads get another try."""
         root = self.state.root_of(self.state.queues[queue_name])
@@ -102,10 +122,31 @@ class Scheduler:
 
     # -- 2. nomination ------------------------------------------------------------------
 
-    def _nominate(self, workload: Workload) -> Entry:
+    def _resume(self, workload: Workload) -> ScanProgress | None:
+        """Where the last flavor scan stopped, unless that is stale: older than the
+        previous cycle, with usage changed in the tree since."""
+        scan = self._scans.get(workload.name)
+        if scan is None:
+            return None
+        queue = self.state.queues[workload.cluster_queue]
+        if scan.cycle < self.cycle - 1 and self.state.generation(queue) > scan.generation:
+            del self._scans[workload.name]
+            return None
+        return scan.progress
+
+    def _nominate(
+        self,
+        workload: Workload,
+        *,
+        resume: ScanProgress | None = None,
+    ) -> Entry:
         queue = self.state.queues[workload.cluster_queue]
         assigner = FlavorAssigner(
-            workload, queue, self._simulator(workload, queue), fair_sharing=self.fair_sharing
+            workload,
+            queue,
+            self._simulator(workload, queue),
+            fair_sharing=self.fair_sharing,
+            resume=resume,
         )
         full = assigner.assign()
         entry = Entry(workload, queue, full)
@@ -147,15 +188,8 @@ class Scheduler:
             targets = self.preemptor.targets(request)
             if not targets:
                 return Mode.NO_CANDIDATES, find_borrow_level(queue, fr, amount)[0]
-            for target in targets:
-                self.state.refund(
-                    self.state.queues[target.record.admission.cluster_queue], target.record.usage
-                )
-            borrow = find_borrow_level(queue, fr, amount)[0]
-            for target in targets:
-                self.state.charge(
-                    self.state.queues[target.record.admission.cluster_queue], target.record.usage
-                )
+            with self.state.without(t.record for t in targets):
+                borrow = find_borrow_level(queue, fr, amount)[0]
             own = any(t.record.admission.cluster_queue == queue.name for t in targets)
             return (Mode.PREEMPT if own else Mode.RECLAIM), borrow
 
@@ -172,18 +206,25 @@ class Scheduler:
     # -- 4. processing ------------------------------------------------------------------
 
     def _process(self, entry: Entry, cycle: _Cycle, now: float, result: CycleResult) -> None:
+        """Stages: refuse what fits nowhere or has no victims; skip what overlaps or
+        no longer fits; evict or admit."""
         mode = entry.assignment.mode
+        retry_flavors = entry.assignment.pending_flavors
         if mode is Mode.NO_FIT:
             entry.mark(
-                Status.INADMISSIBLE, _no_fit_code(entry), _no_fit_message(entry), immediate=False
+                Status.INADMISSIBLE,
+                _no_fit_code(entry),
+                _no_fit_message(entry),
+                immediate=retry_flavors,
             )
             return
         if mode.needs_preemption and not entry.targets:
             entry.mark(
                 Status.INADMISSIBLE,
                 ReasonCode.NO_PREEMPTION_CANDIDATES,
-                f"needs preemption, but no workload may be preempted for it: {_no_fit_message(entry)}",
-                immediate=False,
+                "needs preemption, but no workload may be preempted for it: "
+                + _no_fit_message(entry),
+                immediate=retry_flavors,
             )
             if entry.queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
                 cycle.reserve(entry.queue, _to_reserve(entry))
@@ -226,6 +267,15 @@ class Scheduler:
         result.admitted_records.append(record)
 
 
+@dataclass(frozen=True, slots=True)
+class _ScanState:
+    """Where a workload's flavor scan stopped, and when."""
+
+    cycle: int
+    generation: int
+    progress: ScanProgress
+
+
 class _Cycle:
     """What one cycle has done to usage so far: evictions issued, capacity held."""
 
@@ -235,13 +285,22 @@ class _Cycle:
         self.reserved: list[tuple[ClusterQueueNode, dict[FlavorResource, int]]] = []
 
     def reserve(self, queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
-        usage = {fr: amount for fr, amount in usage.items() if amount > 0}
-        self.state.charge(queue, usage)
+        """Hold capacity for the rest of the cycle. A negative amount (Kueue's
+        reservation past a borrowing limit) lowers the queue's own usage only."""
+        for fr, amount in usage.items():
+            if amount > 0:
+                add_usage(queue, fr, amount)
+            else:
+                queue.usage[fr] = queue.usage.get(fr, 0) + amount
         self.reserved.append((queue, usage))
 
     def release_reservations(self) -> None:
         for queue, usage in reversed(self.reserved):
-            self.state.refund(queue, usage)
+            for fr, amount in usage.items():
+                if amount > 0:
+                    remove_usage(queue, fr, amount)
+                else:
+                    queue.usage[fr] -= amount
         self.reserved.clear()
 
     def preempt(self, targets: list[Target]) -> None:
@@ -252,16 +311,9 @@ class _Cycle:
         self, queue: ClusterQueueNode, usage: dict[FlavorResource, int], targets: list[Target]
     ) -> bool:
         """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone?"""
-        gone = list(self.preempted.values()) + [
-            t.record for t in targets if t.name not in self.preempted
-        ]
-        for record in gone:
-            self.state.refund(self.state.queues[record.admission.cluster_queue], record.usage)
-        try:
+        gone = {**self.preempted, **{t.name: t.record for t in targets}}
+        with self.state.without(gone.values()):
             return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
-        finally:
-            for record in reversed(gone):
-                self.state.charge(self.state.queues[record.admission.cluster_queue], record.usage)
 
 
 def _classical_key(entry: Entry) -> tuple[int, int, float, str]:

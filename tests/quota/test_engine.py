@@ -9,6 +9,7 @@ from quota import (
     CohortSpec,
     FlavorQuotas,
     PodSet,
+    PreemptionPolicy,
     QuotaConfig,
     QuotaEngine,
     ReasonCode,
@@ -17,6 +18,7 @@ from quota import (
     Workload,
     WorkloadError,
 )
+from quota.model import WithinClusterQueue
 from quota.reasons import BlockerLevel
 
 GPU = "nvidia.com/gpu"
@@ -116,3 +118,20 @@ def test_errors_for_impossible_operations() -> None:
         e.delete("ghost")
     e.delete("w")
     assert list(e.pending()) == []
+
+
+def test_an_older_arrival_is_tried_even_when_an_equivalent_newer_one_was_set_aside() -> None:
+    """LowerOrNewerEqualPriority makes creation time matter, so workloads alike in
+    priority and pod sets are not alike there (found by the property tests)."""
+    spec = gpu_queue(
+        "q", 1, preemption=PreemptionPolicy(WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY)
+    )
+    e = engine(spec)
+    e.add(job("adm", "q", 1, created=5))
+    e.schedule()
+    e.add(job("new", "q", 1, created=10))
+    e.schedule()  # `new` cannot evict the older `adm`: set aside
+    e.add(job("old", "q", 1, created=1))
+    e.schedule()  # `old` is older than `adm`, so it may evict it
+    assert set(e.admitted) == {"old"}
+    assert {w.name for w in e.pending()} == {"adm", "new"}
