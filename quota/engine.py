@@ -120,24 +120,29 @@ class QuotaEngine:
         return result
 
     def schedule(self, max_cycles: int | None = None) -> list[CycleResult]:
-        """Run ``max_cycles`` cycles, or until a cycle changes nothing and every head
-        has been tried since the last change."""
-        results: list[CycleResult] = []
+        """Run ``max_cycles`` cycles, or until quiet (see :meth:`cycles`)."""
+        return list(self.cycles(max_cycles))
+
+    def cycles(self, max_cycles: int | None = None) -> Iterator[CycleResult]:
+        """Run cycles one at a time as they are consumed: ``max_cycles`` of them, or
+        until a cycle changes nothing and every head has been tried since the last
+        change (a StrictFIFO head that never fits does not keep it going)."""
         if max_cycles is not None:
-            return [self.schedule_once() for _ in range(max_cycles)]
+            for _ in range(max_cycles):
+                yield self.schedule_once()
+            return
         tried: set[str] = set()
         # Bound on runaway preemption loops; far above what any real sequence takes.
         limit = 100 * (len(self._pending) + len(self.state.admitted) + 10)
-        while len(results) < limit:
+        for _ in range(limit):
             result = self.schedule_once()
-            results.append(result)
+            yield result
             if result.changed:
                 tried.clear()
                 continue
             if not result.heads or tried.issuperset(result.heads):
-                break
+                return
             tried.update(result.heads)
-        return results
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ reproducible and ``admitted_at`` is deterministic.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -52,7 +52,6 @@ from quota.tree import available, potential_available
 UNCOVERED = "uncovered"
 
 # Cap on cycles when we drive schedule_once ourselves (far above what any example needs).
-MAX_SETTLE_CYCLES = 400
 
 BASE = settings(
     deadline=None,
@@ -269,20 +268,6 @@ def new_engine(config: QuotaConfig) -> QuotaEngine:
     return QuotaEngine(config, clock=TickClock())
 
 
-def settle(engine: QuotaEngine, on_cycle: Any) -> None:
-    """schedule_once until a cycle changes nothing and every head was tried since the
-    last change (what ``schedule()`` does), calling ``on_cycle`` after each cycle."""
-    tried: set[str] = set()
-    for _ in range(MAX_SETTLE_CYCLES):
-        result = on_cycle(engine)
-        if result.changed:
-            tried.clear()
-            continue
-        if not result.heads or tried.issuperset(result.heads):
-            return
-        tried.update(result.heads)
-
-
 def run_script(
     config: QuotaConfig, ops: Iterable[Op], check: Any = None
 ) -> tuple[QuotaEngine, set[str]]:
@@ -297,12 +282,12 @@ def run_script(
     def snapshot() -> tuple[list[str], set[str]]:
         return [w.name for w in engine.pending()], set(engine.admitted)
 
-    def cycle(engine: QuotaEngine) -> Any:
+    def play(results: Iterator[Any]) -> None:
         before = snapshot()
-        result = engine.schedule_once()
-        if check is not None:
-            check(engine, result, before, alive)
-        return result
+        for result in results:
+            if check is not None:
+                check(engine, result, before, alive)
+            before = snapshot()
 
     for op in ops:
         kind = op[0]
@@ -311,10 +296,9 @@ def run_script(
             alive.add(op[1].name)
             names.append(op[1].name)
         elif kind == "cycles":
-            for _ in range(op[1]):
-                cycle(engine)
+            play(engine.cycles(op[1]))
         elif kind == "settle":
-            settle(engine, cycle)
+            play(engine.cycles())
         elif kind in ("finish", "delete"):
             if op[1] >= len(names):
                 continue
