@@ -109,9 +109,6 @@ class PendingQueue:
             return True
         return self.inadmissible.pop(name, None) is not None
 
-    def __len__(self) -> int:
-        return len(self.active) + len(self.inadmissible)
-
     def workloads(self) -> Iterator[Workload]:
         yield from self.active.values()
         yield from self.inadmissible.values()
@@ -171,10 +168,6 @@ class QueueManager:
         for name in queue_names:
             if self.queues[name].requeue_inadmissible():
                 self._ready.add(name)
-
-    def has_active(self, skip: Iterable[str] = ()) -> bool:
-        skipped = set(skip)
-        return any(self.queues[n].active for n in self._ready if n not in skipped)
 
     def pending(self) -> Iterator[Workload]:
         for queue in self.queues.values():

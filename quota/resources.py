@@ -8,7 +8,6 @@ round up, as Kubernetes' ``MilliValue()`` does.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -16,7 +15,6 @@ __all__ = [
     "MILLI",
     "FlavorResource",
     "QuantityError",
-    "add_into",
     "format_quantity",
     "parse_quantity",
 ]
@@ -105,14 +103,3 @@ def format_quantity(milli: int) -> str:
         if units >= factor and units % factor == 0:
             return f"{units // factor}{suffix}"
     return str(units)
-
-
-def add_into(
-    target: dict[FlavorResource, int],
-    items: Iterable[tuple[FlavorResource, int]] | Mapping[FlavorResource, int],
-    sign: int = 1,
-) -> None:
-    """Add (or with ``sign=-1`` subtract) quantities into ``target`` in place."""
-    pairs = items.items() if isinstance(items, Mapping) else items
-    for key, amount in pairs:
-        target[key] = target.get(key, 0) + sign * amount

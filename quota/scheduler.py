@@ -86,7 +86,7 @@ class Scheduler:
             )
         # 3-4. Order and process.
         cycle = _Cycle(self.state)
-        for entry in self._ordered(entries, cycle):
+        for entry in self._ordered(entries):
             self._process(entry, cycle, now, result)
         # 5. Requeue, release, retry.
         cycle.release_reservations()
@@ -197,7 +197,7 @@ class Scheduler:
 
     # -- 3. ordering --------------------------------------------------------------------
 
-    def _ordered(self, entries: list[Entry], cycle: _Cycle) -> Iterator[Entry]:
+    def _ordered(self, entries: list[Entry]) -> Iterator[Entry]:
         if not self.fair_sharing:
             yield from sorted(entries, key=_classical_key)
             return

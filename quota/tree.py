@@ -63,9 +63,6 @@ class ResourceNode:
             if limit is not None:
                 self.guaranteed[fr] = max(0, amount - limit)
 
-    def lendable(self, fr: FlavorResource) -> int:
-        return self.subtree_quota.get(fr, 0) - self.guaranteed.get(fr, 0)
-
 
 def local_available(node: ResourceNode, fr: FlavorResource) -> int:
     """Free quota the node keeps to itself (its guaranteed part), never negative."""
