@@ -80,16 +80,24 @@ class Scheduler:
         result.heads = [w.name for w in heads]
         # 2. Nominate against the usage at the start of the cycle.
         entries = [self._nominate(w, resume=self._resume(w)) for w in heads]
-        for entry in entries:
-            self._scans[entry.workload.name] = _ScanState(
-                self.cycle, self.state.generation(entry.queue), entry.assignment.progress
-            )
+        self._remember_scans(entries)
         # 3-4. Order and process.
         cycle = _Cycle(self.state)
         for entry in self._ordered(entries):
             self._process(entry, cycle, now, result)
-        # 5. Requeue, release, retry.
         cycle.release_reservations()
+        # 5. Requeue what was not admitted; evictions complete and free quota.
+        self._requeue(entries, result)
+        self._evict(cycle, result)
+        return result
+
+    def _remember_scans(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self._scans[entry.workload.name] = _ScanState(
+                self.cycle, self.state.generation(entry.queue), entry.assignment.progress
+            )
+
+    def _requeue(self, entries: list[Entry], result: CycleResult) -> None:
         for entry in entries:
             if entry.status is Status.ADMITTED or entry.sticky:
                 self._scans.pop(entry.workload.name, None)  # the next scan starts afresh
@@ -101,15 +109,16 @@ class Scheduler:
             if entry.reason is not None:
                 for name in (entry.workload.name, *alike):
                     result.reasons[name] = entry.reason
+
+    def _evict(self, cycle: _Cycle, result: CycleResult) -> None:
         touched = set()
-        for record in list(cycle.preempted.values()):
+        for record in cycle.preempted.values():
             self.state.release(record.name)
             self.queues.add(record.workload)
             result.preempted_records.append(record)
             touched.add(record.admission.cluster_queue)
         for name in touched:
             self.quota_released(name)
-        return result
 
     def forget(self, name: str) -> None:
         """A workload left the system: drop what the scheduler remembers of it."""
