@@ -12,7 +12,7 @@ Usage::
 """
 
 from quota.cache import AdmittedWorkload
-from quota.config import QuotaDocument, to_quota_config
+from quota.config import QuotaDocument, parse_quota_config, to_quota_config
 from quota.engine import QuotaEngine
 from quota.errors import ConfigError, QuotaError, ScenarioError, WorkloadError
 from quota.model import (
@@ -64,6 +64,7 @@ __all__ = [
     "format_quantity",
     "load_scenario",
     "parse_quantity",
+    "parse_quota_config",
     "parse_scenario",
     "play",
     "to_quota_config",

@@ -38,6 +38,7 @@ __all__ = [
     "CohortDoc",
     "QuotaDocument",
     "decode",
+    "parse_quota_config",
     "parse_weight",
     "quantity_at",
     "to_quota_config",
@@ -133,6 +134,14 @@ def parse_weight(path: str, value: Quantity, error: type[ConfigError] = ConfigEr
     if weight < 0:
         raise error(f"{path}: fair_weight must not be negative")
     return weight
+
+
+def parse_quota_config(data: Any) -> QuotaConfig:
+    """Check parsed YAML/JSON (``flavors``, ``cohorts``, ``cluster_queues``,
+    ``fair_sharing``) and build a :class:`QuotaConfig`; raises :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError("(top level): a quota configuration is a mapping")
+    return to_quota_config(decode(data, QuotaDocument))
 
 
 def to_quota_config(doc: QuotaDocument, error: type[ConfigError] = ConfigError) -> QuotaConfig:

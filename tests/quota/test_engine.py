@@ -7,6 +7,7 @@ import pytest
 from quota import (
     ClusterQueueSpec,
     CohortSpec,
+    ConfigError,
     FlavorQuotas,
     PodSet,
     PreemptionPolicy,
@@ -17,6 +18,7 @@ from quota import (
     ResourceQuota,
     Workload,
     WorkloadError,
+    parse_quota_config,
 )
 from quota.model import WithinClusterQueue
 from quota.reasons import BlockerLevel
@@ -135,3 +137,36 @@ def test_an_older_arrival_is_tried_even_when_an_equivalent_newer_one_was_set_asi
     e.schedule()  # `old` is older than `adm`, so it may evict it
     assert set(e.admitted) == {"old"}
     assert {w.name for w in e.pending()} == {"adm", "new"}
+
+
+def test_a_quota_configuration_loads_from_plain_data() -> None:
+    config = parse_quota_config(
+        {
+            "flavors": ["h100"],
+            "cohorts": [{"name": "org"}],
+            "cluster_queues": [
+                {
+                    "name": "a",
+                    "cohort": "org",
+                    "resource_groups": [
+                        {
+                            "resources": [GPU],
+                            "flavors": [{"name": "h100", "quotas": {GPU: {"nominal": 8}}}],
+                        }
+                    ],
+                }
+            ],
+        }
+    )
+    e = QuotaEngine(config)
+    e.add(job("w", "a", 8))
+    assert e.schedule_once().admitted == ["w"]
+    with pytest.raises(ConfigError, match=r"cluster_queues\[0\]\.cohort: expected `str`"):
+        parse_quota_config({"cluster_queues": [{"name": "a", "cohort": 3}]})
+
+
+def test_the_public_api_is_what_it_says() -> None:
+    import quota
+
+    assert sorted(quota.__all__) == quota.__all__
+    assert all(hasattr(quota, name) for name in quota.__all__)
