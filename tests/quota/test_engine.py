@@ -161,7 +161,7 @@ def test_a_quota_configuration_loads_from_plain_data() -> None:
     e = QuotaEngine(config)
     e.add(job("w", "a", 8))
     assert e.schedule_once().admitted == ["w"]
-    with pytest.raises(ConfigError, match=r"cluster_queues\[0\]\.cohort: expected `str`"):
+    with pytest.raises(ConfigError, match=r"cluster_queues\[0\]\.cohort: expected `str \| null`, got `int`"):
         parse_quota_config({"cluster_queues": [{"name": "a", "cohort": 3}]})
 
 
