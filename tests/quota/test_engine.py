@@ -161,7 +161,8 @@ def test_a_quota_configuration_loads_from_plain_data() -> None:
     e = QuotaEngine(config)
     e.add(job("w", "a", 8))
     assert e.schedule_once().admitted == ["w"]
-    with pytest.raises(ConfigError, match=r"cluster_queues\[0\]\.cohort: expected `str \| null`, got `int`"):
+    wrong_type = r"cluster_queues\[0\]\.cohort: expected `str \| null`, got `int`"
+    with pytest.raises(ConfigError, match=wrong_type):
         parse_quota_config({"cluster_queues": [{"name": "a", "cohort": 3}]})
 
 
