@@ -169,9 +169,13 @@ class FlavorAssigner:
     def _assign_pod_set(
         self, index: int, pod_set: PodSet, count: int, assignment: Assignment
     ) -> PodSetAssignment:
-        requests = {r: v * count for r, v in pod_set.requests.items() if v}
-        result = PodSetAssignment(pod_set.name, count, requests)
         groups = self.queue.group_of
+        # A zero request is ignored only for a resource the queue does not cover.
+        requests = {r: v * count for r, v in pod_set.requests.items() if v or r in groups}
+        result = PodSetAssignment(pod_set.name, count, requests)
+        if count == 0:
+            self._assign_zero_count(index, pod_set, result, assignment)
+            return result
         for resource in requests:
             if resource in result.flavors:
                 continue  # already placed with the rest of its group
@@ -193,6 +197,32 @@ class FlavorAssigner:
             for covered in chosen:
                 assignment.progress[(index, covered)] = tried
         return result
+
+    def _assign_zero_count(
+        self, index: int, pod_set: PodSet, result: PodSetAssignment, assignment: Assignment
+    ) -> None:
+        """A pod set of no pods takes no quota, but gets the flavor one of its pods
+        could ever use (Kueue's capacity probe), else its group's first flavor."""
+        for resource in result.requests:
+            if resource in result.flavors:
+                continue
+            group = self.queue.spec.resource_groups[self.queue.group_of[resource]]
+            wanted = [r for r in result.requests if r in group.resources]
+            flavor = next(
+                (
+                    f.name
+                    for f in group.flavors
+                    if all(
+                        pod_set.requests[r]
+                        <= potential_available(self.queue, FlavorResource(f.name, r))
+                        for r in wanted
+                    )
+                ),
+                group.flavors[0].name,
+            )
+            for covered in wanted:
+                result.flavors[covered] = FlavorChoice(flavor, Mode.FIT, 0)
+                assignment.progress[(index, covered)] = -1
 
     def _find_flavor(
         self,

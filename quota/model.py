@@ -189,8 +189,8 @@ class Admission:
         total: dict[FlavorResource, int] = {}
         for assigned in self.pod_sets:
             for resource, flavor in assigned.flavors.items():
+                # A zero amount still names the flavor-resource the workload uses.
                 amount = requests[assigned.name].get(resource, 0) * assigned.count
-                if amount:
-                    key = FlavorResource(flavor, resource)
-                    total[key] = total.get(key, 0) + amount
+                key = FlavorResource(flavor, resource)
+                total[key] = total.get(key, 0) + amount
         return total
