@@ -34,7 +34,16 @@ _NO_QUOTA = ResourceQuota(nominal=0)
 class ResourceNode:
     """Quota and usage of one cluster queue or cohort, linked to its parent cohort."""
 
-    __slots__ = ("guaranteed", "name", "parent", "quotas", "subtree_quota", "usage", "weight")
+    __slots__ = (
+        "guaranteed",
+        "name",
+        "parent",
+        "potential",
+        "quotas",
+        "subtree_quota",
+        "usage",
+        "weight",
+    )
 
     def __init__(
         self, name: str, quotas: dict[FlavorResource, ResourceQuota], weight: float = 1.0
@@ -46,6 +55,7 @@ class ResourceNode:
         self.subtree_quota: dict[FlavorResource, int] = {}
         self.guaranteed: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
+        self.potential: dict[FlavorResource, int] = {}  # see potential_available
 
     def quota(self, fr: FlavorResource) -> ResourceQuota:
         return self.quotas.get(fr, _NO_QUOTA)
@@ -57,6 +67,7 @@ class ResourceNode:
             for fr, amount in child.subtree_quota.items():
                 subtree[fr] = subtree.get(fr, 0) + amount - child.guaranteed.get(fr, 0)
         self.subtree_quota = subtree
+        self.potential = {}
         self.guaranteed = {}
         for fr, amount in subtree.items():
             limit = self.quota(fr).lending_limit
@@ -95,14 +106,21 @@ def available(node: ResourceNode, fr: FlavorResource) -> int:
 
 
 def potential_available(node: ResourceNode, fr: FlavorResource) -> int:
-    """``available`` with no usage anywhere: the most the node could ever get."""
+    """``available`` with no usage anywhere: the most the node could ever get.
+
+    It depends on quotas alone, so it is computed once per node and kept."""
+    cached = node.potential.get(fr)
+    if cached is not None:
+        return cached
     parent = node.parent
     if parent is None:
-        return node.subtree_quota.get(fr, 0)
-    total = node.guaranteed.get(fr, 0) + potential_available(parent, fr)
-    limit = node.quota(fr).borrowing_limit
-    if limit is not None:
-        total = min(total, node.subtree_quota.get(fr, 0) + limit)
+        total = node.subtree_quota.get(fr, 0)
+    else:
+        total = node.guaranteed.get(fr, 0) + potential_available(parent, fr)
+        limit = node.quota(fr).borrowing_limit
+        if limit is not None:
+            total = min(total, node.subtree_quota.get(fr, 0) + limit)
+    node.potential[fr] = total
     return total
 
 
