@@ -158,23 +158,18 @@ class Scheduler:
             resume=resume,
         )
         full = assigner.assign()
-        entry = Entry(workload, queue, full)
-        if full.fits:
-            return entry
-        if full.needs_preemption:
-            entry.targets = self._targets(workload, queue, full)
-            if entry.targets:
-                return entry
-        if can_be_partially_admitted(workload):
-            partial = search(workload, lambda counts: self._try_counts(assigner, counts))
-            if partial is not None:
-                entry.assignment, entry.targets = partial
-        return entry
+        chosen = self._viable(assigner, full)
+        if chosen is None and can_be_partially_admitted(workload):
+            chosen = search(
+                workload, lambda counts: self._viable(assigner, assigner.assign(counts))
+            )
+        assignment, targets = chosen or (full, [])
+        return Entry(workload, queue, assignment, targets)
 
-    def _try_counts(
-        self, assigner: FlavorAssigner, counts: list[int]
+    def _viable(
+        self, assigner: FlavorAssigner, assignment: Assignment
     ) -> tuple[Assignment, list[Target]] | None:
-        assignment = assigner.assign(counts)
+        """The assignment and its victims if it fits or can preempt, else ``None``."""
         if assignment.fits:
             return assignment, []
         if assignment.needs_preemption:
