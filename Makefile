@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The embedded OPA engine (OPA's Go rego package as a shared library). Its metadata
+	# claims Python >= 3.14 but it runs on 3.11 (shared/notes/policy-auth.md).
+	$(BIN)/python -m pip install --quiet --no-deps --ignore-requires-python \
+		opa-golib-python-bindings==0.4.4
 	touch $(STAMP)
 
 run: install
