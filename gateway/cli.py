@@ -18,19 +18,62 @@ def main() -> None:
 @main.command()
 @click.option("--host", default=None, help="Address to bind (default: IGNARA_HOST or 127.0.0.1).")
 @click.option("--port", default=None, type=int, help="Port (default: IGNARA_PORT or 8080).")
-def serve(host: str | None, port: int | None) -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Apply this ignara.yaml (flavors, cohorts, cluster_queues, tenants) before serving.",
+)
+def serve(host: str | None, port: int | None, config_file: str | None) -> None:
     """Run the gateway on its embedded defaults."""
     import uvicorn
 
     from gateway.app import create_app
 
     settings = Settings.from_env()
+    _migrate_and_apply(settings, config_file)
     uvicorn.run(
         create_app(settings),
         host=host or settings.server.host,
         port=port or settings.server.port,
         log_level=settings.server.log_level,
     )
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def apply(file: str) -> None:
+    """Apply a declarative config to the database (DATABASE_URL, or ./ignara.db)."""
+    _migrate_and_apply(Settings.from_env(), file)
+
+
+def _migrate_and_apply(settings: Settings, config_file: str | None) -> None:
+    """Bring the schema up to date and, given a file, make the database say what it says."""
+    import asyncio
+
+    from quota.errors import ConfigError
+    from tenants import Database, TenantsError, load_config_file
+    from tenants.services import apply_config
+
+    async def run() -> str:
+        database = Database(settings.database.url)
+        try:
+            await database.migrate()
+            if config_file is None:
+                return "schema up to date"
+            config = load_config_file(config_file)
+            async with database.session() as session:
+                report = await apply_config(session, config, actor="ignara apply")
+            return f"{config_file}: {report.summary()}"
+        finally:
+            await database.dispose()
+
+    try:
+        click.echo(asyncio.run(run()), err=True)
+    except (ConfigError, TenantsError) as err:
+        click.echo(f"cannot apply {config_file}: {err}", err=True)
+        sys.exit(2)
 
 
 @main.command()

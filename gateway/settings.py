@@ -15,8 +15,15 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class DatabaseSettings:
+    # SQLite file in the working directory unless DATABASE_URL names a server.
+    url: str = "sqlite:///ignara.db"
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings
+    database: DatabaseSettings
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -26,5 +33,6 @@ class Settings:
                 host=env.get("IGNARA_HOST", ServerSettings.host),
                 port=int(env.get("IGNARA_PORT", ServerSettings.port)),
                 log_level=env.get("IGNARA_LOG_LEVEL", ServerSettings.log_level),
-            )
+            ),
+            database=DatabaseSettings(url=env.get("DATABASE_URL", DatabaseSettings.url)),
         )

@@ -1,0 +1,94 @@
+"""``ignara.yaml``: the quota vocabulary (``flavors``, ``cohorts``, ``cluster_queues``,
+``fair_sharing``) plus ``tenants`` and the queues each may use."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, decode, to_quota_config
+from quota.errors import ConfigError
+from quota.model import QuotaConfig
+
+__all__ = ["IgnaraConfig", "TenantDoc", "load_config_file", "parse_config"]
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class TenantDoc(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    queues: list[str] = []
+    display_name: str = ""
+
+
+class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
+    flavors: list[str] = []
+    cohorts: list[CohortDoc] = []
+    cluster_queues: list[ClusterQueueDoc] = []
+    fair_sharing: bool = False
+    tenants: list[TenantDoc] = []
+
+    def quota_document(self) -> QuotaDocument:
+        return QuotaDocument(
+            flavors=self.flavors,
+            cohorts=self.cohorts,
+            cluster_queues=self.cluster_queues,
+            fair_sharing=self.fair_sharing,
+        )
+
+    def quota_config(self) -> QuotaConfig:
+        return to_quota_config(self.quota_document())
+
+
+def parse_config(data: Any) -> IgnaraConfig:
+    """Check a parsed config document; raises :class:`ConfigError` naming the field."""
+    if not isinstance(data, dict):
+        raise ConfigError("(top level): the config is a mapping with flavors, cluster_queues, ...")
+    config = decode(data, IgnaraConfig)
+    config.quota_config()  # every quota check: flavors, groups, quantities, cycles
+    _check_names(config)
+    return config
+
+
+def load_config_file(path: str | Path) -> IgnaraConfig:
+    file = Path(path)
+    try:
+        if file.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{file}: larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{file}: cannot read it ({err.strerror or err})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{file}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    return parse_config(data)
+
+
+def _check_names(config: IgnaraConfig) -> None:
+    pattern = re.compile(NAME_PATTERN)
+    sections: list[tuple[str, list[str]]] = [
+        ("flavors", config.flavors),
+        ("cohorts", [c.name for c in config.cohorts]),
+        ("cluster_queues", [q.name for q in config.cluster_queues]),
+        ("tenants", [t.name for t in config.tenants]),
+    ]
+    for section, names in sections:
+        for i, name in enumerate(names):
+            if not pattern.match(name):
+                raise ConfigError(
+                    f"{section}[{i}]: {name!r} is not a valid name "
+                    "(lower-case letters, digits and '-', at most 63 characters)"
+                )
+    queues = {q.name for q in config.cluster_queues}
+    seen: set[str] = set()
+    for i, tenant in enumerate(config.tenants):
+        if tenant.name in seen:
+            raise ConfigError(f"tenants[{i}].name: {tenant.name!r} is listed twice")
+        seen.add(tenant.name)
+        for j, queue in enumerate(tenant.queues):
+            if queue not in queues:
+                raise ConfigError(f"tenants[{i}].queues[{j}]: unknown cluster queue {queue!r}")

@@ -1,0 +1,78 @@
+"""Database URLs, engines and migrations. SQLite file by default, PostgreSQL when
+the URL names it; both through SQLAlchemy's async drivers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+__all__ = ["Database", "async_url", "migrate"]
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def async_url(url: str) -> str:
+    """``postgresql://`` and ``sqlite:///`` URLs with the async driver named."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    elif backend == "sqlite":
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    else:
+        raise ValueError(f"unsupported database {backend!r}: use sqlite or postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", async_url(url).replace("%", "%%"))
+    return config
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Bring the schema to ``revision`` (Alembic upgrade); safe to repeat."""
+    command.upgrade(alembic_config(url), revision)
+
+
+class Database:
+    """One engine and its session factory, made lazily: nothing connects on import."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            self._engine = create_async_engine(async_url(self.url), pool_pre_ping=True)
+            self._sessions = async_sessionmaker(
+                self._engine, class_=AsyncSession, expire_on_commit=False
+            )
+        return self._engine
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A session whose transaction commits on success and rolls back on error."""
+        self.engine  # noqa: B018 - makes the session factory
+        assert self._sessions is not None
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def migrate(self) -> None:
+        await asyncio.to_thread(migrate, self.url)
+
+    async def dispose(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None

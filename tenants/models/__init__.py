@@ -1,0 +1,19 @@
+"""The schema: one table per module."""
+
+from tenants.models.api_key import ApiKey
+from tenants.models.audit import AuditEntry
+from tenants.models.principal import Principal
+from tenants.models.quota import ClusterQueueRow, CohortRow, FlavorRow
+from tenants.models.tenant import Tenant
+from tenants.models.workload import WorkloadRow
+
+__all__ = [
+    "ApiKey",
+    "AuditEntry",
+    "ClusterQueueRow",
+    "CohortRow",
+    "FlavorRow",
+    "Principal",
+    "Tenant",
+    "WorkloadRow",
+]

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON
+from sqlmodel import Field, SQLModel, UniqueConstraint
+
+from tenants.models._base import json_field, new_id, timestamp_field
+
+__all__ = ["WorkloadRow"]
+
+
+class WorkloadRow(SQLModel, table=True):
+    """A training workload and where it stands; the durable record the admission
+    loop reads and changes."""
+
+    __tablename__ = "workloads"
+    __table_args__ = (UniqueConstraint("tenant", "idempotency_key"),)
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    tenant: str = Field(foreign_key="tenants.name", index=True, max_length=63)
+    name: str = Field(max_length=253)
+    queue: str = Field(index=True, max_length=63)
+    priority: int = 0
+    spec: dict[str, Any] = json_field()  # pod sets, max runtime, backend, job
+    state: str = Field(default="pending", index=True, max_length=20)
+    reason_code: str | None = Field(default=None, max_length=64)
+    reason_message: str | None = Field(default=None, max_length=2000)
+    admission: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    version: int = 0  # bumped on every change, for optimistic checks
+    created_at: datetime = timestamp_field()
+    updated_at: datetime = timestamp_field()
+    admitted_at: datetime | None = timestamp_field(nullable=True)
+    finished_at: datetime | None = timestamp_field(nullable=True)

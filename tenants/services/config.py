@@ -1,0 +1,217 @@
+"""Apply a declarative config (``ignara.yaml``) to the database, and read the quota
+configuration back for the engine.
+
+Applying is idempotent: objects in the file are created or updated, objects not in
+it are removed, and only real changes are written and audited. A cluster queue that
+still holds admitted work is never removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, to_quota_config
+from quota.model import QuotaConfig
+from tenants.config_file import IgnaraConfig
+from tenants.errors import ConflictError
+from tenants.models import AuditEntry, ClusterQueueRow, CohortRow, FlavorRow, Tenant, WorkloadRow
+from tenants.models._base import utcnow
+
+__all__ = ["HOLDING_STATES", "ApplyReport", "apply_config", "load_quota_config"]
+
+# Workload states in which a workload holds quota in its queue.
+HOLDING_STATES = ("admitted", "running")
+
+
+@dataclass
+class ApplyReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.deleted)
+
+    def summary(self) -> str:
+        if not self.changed:
+            return "no changes"
+        parts = [
+            f"{verb} {', '.join(names)}"
+            for verb, names in (
+                ("created", self.created),
+                ("updated", self.updated),
+                ("deleted", self.deleted),
+            )
+            if names
+        ]
+        return "; ".join(parts)
+
+
+async def apply_config(session: AsyncSession, config: IgnaraConfig, actor: str) -> ApplyReport:
+    """Make the database say what ``config`` says, in the caller's transaction."""
+    report = ApplyReport()
+    await _refuse_removing_busy_queues(session, {q.name for q in config.cluster_queues})
+    await _sync(
+        session,
+        FlavorRow,
+        "flavor",
+        {name: ({}, i) for i, name in enumerate(config.flavors)},
+        actor,
+        report,
+    )
+    await _sync(session, CohortRow, "cohort", _specs(config.cohorts), actor, report)
+    await _sync(
+        session, ClusterQueueRow, "cluster_queue", _specs(config.cluster_queues), actor, report
+    )
+    await _sync_setting(session, config.fair_sharing, actor, report)
+    await _sync_tenants(session, config, actor, report)
+    return report
+
+
+async def load_quota_config(session: AsyncSession) -> QuotaConfig:
+    """The quota configuration as stored, in the order it was configured."""
+    flavors = (await session.exec(select(FlavorRow).order_by(col(FlavorRow.position)))).all()
+    cohorts = (await session.exec(select(CohortRow).order_by(col(CohortRow.position)))).all()
+    queues = (
+        await session.exec(select(ClusterQueueRow).order_by(col(ClusterQueueRow.position)))
+    ).all()
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    document = QuotaDocument(
+        flavors=[f.name for f in flavors],
+        cohorts=[msgspec.convert(c.spec, CohortDoc) for c in cohorts if c.name != _SETTINGS_ROW],
+        cluster_queues=[msgspec.convert(q.spec, ClusterQueueDoc) for q in queues],
+        fair_sharing=bool(setting and setting.spec.get("fair_sharing")),
+    )
+    return to_quota_config(document)
+
+
+# Global quota settings ride in a reserved cohort row ("." is not a valid name).
+_SETTINGS_ROW = "."
+
+
+def _specs(docs: Sequence[msgspec.Struct]) -> dict[str, tuple[dict[str, Any], int]]:
+    return {
+        doc.name: (msgspec.to_builtins(doc), i)  # type: ignore[attr-defined]
+        for i, doc in enumerate(docs)
+    }
+
+
+async def _sync(
+    session: AsyncSession,
+    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow],
+    kind: str,
+    wanted: dict[str, tuple[dict[str, Any], int]],
+    actor: str,
+    report: ApplyReport,
+) -> None:
+    rows: Sequence[Any] = (await session.exec(select(table))).all()
+    existing = {row.name: row for row in rows}
+    existing.pop(_SETTINGS_ROW, None)
+    for name, (spec, position) in wanted.items():
+        row = existing.pop(name, None)
+        if row is None:
+            session.add(_new_row(table, name, spec, position))
+            _audit(session, actor, "create", kind, name, spec)
+            report.created.append(f"{kind} {name}")
+        elif _spec_of(row) != spec or row.position != position:
+            if isinstance(row, CohortRow | ClusterQueueRow):
+                row.spec = spec
+            row.position = position
+            row.updated_at = utcnow()
+            session.add(row)
+            _audit(session, actor, "update", kind, name, spec)
+            report.updated.append(f"{kind} {name}")
+    for name, row in existing.items():
+        await session.delete(row)
+        _audit(session, actor, "delete", kind, name, {})
+        report.deleted.append(f"{kind} {name}")
+
+
+def _new_row(
+    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow],
+    name: str,
+    spec: dict[str, Any],
+    position: int,
+) -> FlavorRow | CohortRow | ClusterQueueRow:
+    if table is FlavorRow:
+        return FlavorRow(name=name, position=position)
+    return table(name=name, spec=spec, position=position)  # type: ignore[call-arg]
+
+
+def _spec_of(row: FlavorRow | CohortRow | ClusterQueueRow) -> dict[str, Any]:
+    return {} if isinstance(row, FlavorRow) else dict(row.spec)
+
+
+async def _sync_setting(
+    session: AsyncSession, fair_sharing: bool, actor: str, report: ApplyReport
+) -> None:
+    row = await session.get(CohortRow, _SETTINGS_ROW)
+    spec = {"fair_sharing": fair_sharing}
+    if row is None:
+        session.add(CohortRow(name=_SETTINGS_ROW, spec=spec, position=-1))
+    elif row.spec != spec:
+        row.spec = spec
+        session.add(row)
+        _audit(session, actor, "update", "setting", "fair_sharing", spec)
+        report.updated.append(f"setting fair_sharing={fair_sharing}")
+
+
+async def _sync_tenants(
+    session: AsyncSession, config: IgnaraConfig, actor: str, report: ApplyReport
+) -> None:
+    existing = {t.name: t for t in (await session.exec(select(Tenant))).all()}
+    for doc in config.tenants:
+        spec = {"display_name": doc.display_name, "queues": list(doc.queues)}
+        tenant = existing.pop(doc.name, None)
+        if tenant is None:
+            session.add(Tenant(name=doc.name, display_name=doc.display_name, queues=doc.queues))
+            _audit(session, actor, "create", "tenant", doc.name, spec, tenant=doc.name)
+            report.created.append(f"tenant {doc.name}")
+        elif tenant.display_name != doc.display_name or tenant.queues != doc.queues:
+            tenant.display_name, tenant.queues = doc.display_name, list(doc.queues)
+            tenant.updated_at = utcnow()
+            session.add(tenant)
+            _audit(session, actor, "update", "tenant", doc.name, spec, tenant=doc.name)
+            report.updated.append(f"tenant {doc.name}")
+    # Tenants left out of the file are kept: their keys and history outlive a config
+    # edit; an admin removes a tenant explicitly.
+
+
+async def _refuse_removing_busy_queues(session: AsyncSession, kept: set[str]) -> None:
+    rows = await session.exec(
+        select(WorkloadRow.queue, WorkloadRow.name).where(
+            col(WorkloadRow.state).in_(HOLDING_STATES)
+        )
+    )
+    busy: dict[str, list[str]] = {}
+    for queue, name in rows.all():
+        if queue not in kept:
+            busy.setdefault(queue, []).append(name)
+    if busy:
+        queue, names = sorted(busy.items())[0]
+        raise ConflictError(
+            f"cluster queue {queue!r} holds admitted work ({', '.join(sorted(names)[:5])}); "
+            "finish or cancel it before removing the queue"
+        )
+
+
+def _audit(
+    session: AsyncSession,
+    actor: str,
+    action: str,
+    kind: str,
+    name: str,
+    detail: dict[str, Any],
+    *,
+    tenant: str | None = None,
+) -> None:
+    session.add(
+        AuditEntry(actor=actor, action=action, kind=kind, name=name, tenant=tenant, detail=detail)
+    )
