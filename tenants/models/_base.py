@@ -7,9 +7,30 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field
 
-__all__ = ["json_field", "new_id", "timestamp_field", "utcnow"]
+__all__ = ["UTCDateTime", "json_field", "new_id", "timestamp_field", "utcnow"]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps are UTC and timezone-aware on every database (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: Ignara stores UTC timestamps only")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=UTC)
 
 
 def utcnow() -> datetime:
@@ -23,8 +44,8 @@ def new_id() -> str:
 def timestamp_field(*, nullable: bool = False, **kw: Any) -> Any:
     """A timezone-aware timestamp (stored as UTC)."""
     if nullable:
-        return Field(default=None, sa_type=DateTime(timezone=True), nullable=True, **kw)
-    return Field(default_factory=utcnow, sa_type=DateTime(timezone=True), nullable=False, **kw)
+        return Field(default=None, sa_type=UTCDateTime, nullable=True, **kw)
+    return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False, **kw)
 
 
 def json_field(default_factory: Any = dict) -> Any:

@@ -29,6 +29,8 @@ class WorkloadRow(SQLModel, table=True):
     reason_message: str | None = Field(default=None, max_length=2000)
     admission: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     idempotency_key: str | None = Field(default=None, max_length=255)
+    request_hash: str | None = Field(default=None, max_length=64)  # what the key was used for
+    cancel_requested: bool = False  # the dispatcher stops it, then it is cancelled
     version: int = 0  # bumped on every change, for optimistic checks
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

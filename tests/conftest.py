@@ -1,4 +1,4 @@
-"""Every tenants test runs on SQLite and on PostgreSQL."""
+"""Shared fixtures: `database` runs a test on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 

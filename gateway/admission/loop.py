@@ -1,0 +1,162 @@
+"""The admission loop: Kueue-semantics cycles over persisted workloads.
+
+Each pass:
+  1. read the quota configuration and every pending, admitted and running workload;
+  2. rebuild the engine from them (what holds quota, what waits) and run it to quiet;
+  3. write every decision (admissions, preemptions, reasons) in ONE transaction, each
+     row guarded by its version, so a decision made on stale state (a cancel, a
+     second leader) rolls the whole pass back instead of over-admitting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import update
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from quota import QuotaEngine, WorkloadError
+from quota.cache import AdmittedWorkload
+from quota.reasons import PendingReason
+from tenants import Database
+from tenants.models import WorkloadRow
+from tenants.models._base import utcnow
+from tenants.services import HOLDING_STATES, load_quota_config
+from tenants.services.workloads import admission_from_row, workload_from_row
+
+__all__ = ["AdmissionLoop", "PassResult", "StaleDecisionError"]
+
+
+class StaleDecisionError(Exception):
+    """A row changed between reading and writing; the pass is rolled back."""
+
+
+@dataclass
+class PassResult:
+    admitted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted or self.preempted)
+
+
+class AdmissionLoop:
+    def __init__(self, database: Database, *, clock: Callable[[], float] = time.time) -> None:
+        self.database = database
+        self.clock = clock
+
+    async def run_pass(self) -> PassResult:
+        """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
+        # 1. Read.
+        async with self.database.session() as session:
+            config = await load_quota_config(session)
+            rows = (
+                await session.exec(
+                    select(WorkloadRow).where(
+                        col(WorkloadRow.state).in_(("pending", *HOLDING_STATES))
+                    )
+                )
+            ).all()
+        # 2. Decide.
+        engine = QuotaEngine(config, clock=self.clock)
+        by_id = {row.id: row for row in rows}
+        holding = _load(engine, rows)
+        engine.schedule()
+        admitted = {name: r for name, r in engine.admitted.items() if name not in holding}
+        preempted = holding - set(engine.admitted)
+        # 3. Write.
+        async with self.database.session() as session:
+            for name, record in admitted.items():
+                await _admit(session, by_id[name], record)
+            for name in preempted:
+                await _preempt(session, by_id[name])
+            for workload in engine.pending():
+                reason = engine.reason(workload.name)
+                if reason is not None and workload.name not in preempted:
+                    await _explain(session, by_id[workload.name], reason)
+        return PassResult(sorted(admitted), sorted(preempted))
+
+
+def _load(engine: QuotaEngine, rows: Any) -> set[str]:
+    """Put every row into the engine; returns the ids that hold quota."""
+    holding = set()
+    for row in rows:
+        try:
+            if row.state in HOLDING_STATES and row.admission is not None:
+                engine.add_admitted(
+                    workload_from_row(row),
+                    admission_from_row(row),
+                    admitted_at=(row.admitted_at or row.created_at).timestamp(),
+                )
+                holding.add(row.id)
+            elif row.state == "pending" and not row.cancel_requested:
+                engine.add(workload_from_row(row))
+        except WorkloadError:
+            continue  # its queue was removed; it waits, unexplained, until it returns
+    return holding
+
+
+async def _guarded(
+    session: AsyncSession, row: WorkloadRow, expected_state: str, **values: Any
+) -> None:
+    """Update ``row`` only if nobody changed it since it was read."""
+    result = await session.exec(
+        update(WorkloadRow)
+        .where(
+            col(WorkloadRow.id) == row.id,
+            col(WorkloadRow.version) == row.version,
+            col(WorkloadRow.state) == expected_state,
+        )
+        .values(version=row.version + 1, updated_at=utcnow(), **values)
+    )
+    if result.rowcount != 1:
+        raise StaleDecisionError(f"workload {row.id} changed while the loop decided")
+
+
+async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorkload) -> None:
+    admission = {
+        "cluster_queue": record.admission.cluster_queue,
+        "pod_sets": [
+            {"name": p.name, "count": p.count, "flavors": dict(p.flavors)}
+            for p in record.admission.pod_sets
+        ],
+    }
+    await _guarded(
+        session,
+        row,
+        "pending",
+        state="admitted",
+        admission=admission,
+        admitted_at=utcnow(),
+        reason_code="Admitted",
+        reason_message="quota reserved",
+    )
+
+
+async def _preempt(session: AsyncSession, row: WorkloadRow) -> None:
+    await _guarded(
+        session,
+        row,
+        row.state,
+        state="pending",
+        admission=None,
+        admitted_at=None,
+        reason_code="Preempted",
+        reason_message="preempted to make room for another workload; it waits for quota again",
+    )
+
+
+async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReason) -> None:
+    if (row.reason_code, row.reason_message) == (reason.code.value, reason.message):
+        return
+    # A reason is advice, not a decision: written only while the row is unchanged.
+    await session.exec(
+        update(WorkloadRow)
+        .where(col(WorkloadRow.id) == row.id, col(WorkloadRow.version) == row.version)
+        .values(reason_code=reason.code.value, reason_message=reason.message[:2000])
+    )

@@ -1,0 +1,225 @@
+"""Training workloads as durable rows: submit (idempotent), read, list, cancel, all
+within one tenant; and the conversions the admission loop needs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from quota.model import Admission, PodSet, PodSetAssignment, Workload
+from quota.resources import parse_quantity
+from tenants.errors import ConflictError, NotFoundError
+from tenants.models import AuditEntry, ClusterQueueRow, Tenant, WorkloadRow
+from tenants.models._base import utcnow
+
+__all__ = [
+    "FINAL_STATES",
+    "PodSetRequest",
+    "WorkloadPage",
+    "WorkloadSubmission",
+    "admission_from_row",
+    "cancel_workload",
+    "get_workload",
+    "list_workloads",
+    "submit_workload",
+    "workload_from_row",
+]
+
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class PodSetRequest:
+    name: str
+    count: int
+    requests: dict[str, str]  # resource -> quantity, as the caller wrote it
+    min_count: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSubmission:
+    """What a tenant asks for; already checked for shape and bounds by the caller."""
+
+    name: str
+    queue: str
+    pod_sets: tuple[PodSetRequest, ...]
+    max_runtime_seconds: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    backend: str = "local"
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "pod_sets": [asdict(p) for p in self.pod_sets],
+            "max_runtime_seconds": self.max_runtime_seconds,
+            "backend": self.backend,
+            "job": {"command": list(self.command), "env": dict(self.env)},
+        }
+
+    def fingerprint(self) -> str:
+        body = {**self.spec(), "name": self.name, "queue": self.queue, "priority": self.priority}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class WorkloadPage:
+    items: Sequence[WorkloadRow]
+    next_cursor: str | None
+
+
+async def submit_workload(
+    session: AsyncSession,
+    tenant: str,
+    submission: WorkloadSubmission,
+    *,
+    actor: str,
+    idempotency_key: str | None = None,
+) -> tuple[WorkloadRow, bool]:
+    """Persist a new pending workload; returns it and whether it was created. A repeat
+    with the same ``idempotency_key`` returns the first one."""
+    fingerprint = submission.fingerprint()
+    if idempotency_key is not None:
+        earlier = (
+            await session.exec(
+                select(WorkloadRow).where(
+                    WorkloadRow.tenant == tenant, WorkloadRow.idempotency_key == idempotency_key
+                )
+            )
+        ).first()
+        if earlier is not None:
+            if earlier.request_hash != fingerprint:
+                raise ConflictError("this Idempotency-Key was already used for another request")
+            return earlier, False
+    owner = await session.get(Tenant, tenant)
+    if owner is None:
+        raise NotFoundError(f"tenant {tenant!r} does not exist")
+    if await session.get(ClusterQueueRow, submission.queue) is None:
+        raise NotFoundError(f"cluster queue {submission.queue!r} does not exist")
+    if submission.queue not in owner.queues:
+        raise ConflictError(f"tenant {tenant!r} may not use cluster queue {submission.queue!r}")
+    row = WorkloadRow(
+        tenant=tenant,
+        name=submission.name,
+        queue=submission.queue,
+        priority=submission.priority,
+        spec=submission.spec(),
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+        reason_code="Queued",
+        reason_message="waiting for the admission loop",
+    )
+    session.add(row)
+    session.add(
+        AuditEntry(
+            actor=actor,
+            action="create",
+            kind="workload",
+            name=row.id,
+            tenant=tenant,
+            detail={"name": submission.name, "queue": submission.queue},
+        )
+    )
+    await session.flush()
+    return row, True
+
+
+async def get_workload(session: AsyncSession, tenant: str, workload_id: str) -> WorkloadRow:
+    """The workload, if it is this tenant's; another tenant's is as absent as a missing one."""
+    row = await session.get(WorkloadRow, workload_id)
+    if row is None or row.tenant != tenant:
+        raise NotFoundError(f"workload {workload_id!r} not found")
+    return row
+
+
+async def list_workloads(
+    session: AsyncSession,
+    tenant: str,
+    *,
+    state: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> WorkloadPage:
+    """This tenant's workloads, oldest first; ``cursor`` continues after a page."""
+    query = select(WorkloadRow).where(WorkloadRow.tenant == tenant)
+    if state is not None:
+        query = query.where(WorkloadRow.state == state)
+    if cursor is not None:
+        created, _, last_id = cursor.partition("|")
+        after = datetime.fromisoformat(created)
+        query = query.where(
+            (col(WorkloadRow.created_at) > after)
+            | ((col(WorkloadRow.created_at) == after) & (col(WorkloadRow.id) > last_id))
+        )
+    query = query.order_by(col(WorkloadRow.created_at), col(WorkloadRow.id)).limit(limit + 1)
+    rows = (await session.exec(query)).all()
+    more = len(rows) > limit
+    items = rows[:limit]
+    next_cursor = None
+    if more:
+        last = items[-1]
+        next_cursor = f"{last.created_at.isoformat()}|{last.id}"
+    return WorkloadPage(items, next_cursor)
+
+
+async def cancel_workload(
+    session: AsyncSession, tenant: str, workload_id: str, *, actor: str
+) -> WorkloadRow:
+    """Cancel: a pending workload at once; an admitted or running one once its
+    backend job has stopped (the dispatcher sees ``cancel_requested``)."""
+    row = await get_workload(session, tenant, workload_id)
+    if row.state in FINAL_STATES:
+        return row
+    now = utcnow()
+    if row.state == "pending":
+        row.state, row.finished_at = "cancelled", now
+        row.reason_code, row.reason_message = "Cancelled", f"cancelled by {actor}"
+    else:
+        row.cancel_requested = True
+        row.reason_code, row.reason_message = "Cancelling", f"cancellation requested by {actor}"
+    row.version += 1
+    row.updated_at = now
+    session.add(row)
+    session.add(
+        AuditEntry(
+            actor=actor, action="cancel", kind="workload", name=row.id, tenant=tenant, detail={}
+        )
+    )
+    return row
+
+
+def workload_from_row(row: WorkloadRow) -> Workload:
+    """The engine's view of a stored workload (keyed by its id)."""
+    return Workload(
+        name=row.id,
+        cluster_queue=row.queue,
+        priority=row.priority,
+        created=row.created_at.timestamp(),
+        pod_sets=tuple(
+            PodSet(
+                name=p["name"],
+                count=p["count"],
+                min_count=p.get("min_count"),
+                requests={r: parse_quantity(v) for r, v in p["requests"].items()},
+            )
+            for p in row.spec["pod_sets"]
+        ),
+    )
+
+
+def admission_from_row(row: WorkloadRow) -> Admission:
+    assert row.admission is not None
+    return Admission(
+        cluster_queue=row.queue,
+        pod_sets=tuple(
+            PodSetAssignment(name=p["name"], count=p["count"], flavors=dict(p["flavors"]))
+            for p in row.admission["pod_sets"]
+        ),
+    )
