@@ -1,0 +1,218 @@
+"""What every backend speaks: the job spec, its states, its status, the protocol and the errors.
+
+The dispatcher names each backend job by its workload id, so submission is idempotent: a
+second ``submit`` of an id that already exists does nothing, whatever its spec says.
+
+Errors (each with a stable ``code`` for the JSON error body)::
+
+    BackendError                 base; the backend could not do what was asked
+     +-- InvalidWorkloadIdError  invalid_workload_id: not a safe name ([a-z0-9-]{1,64})
+     +-- InvalidJobError         invalid_job: a malformed spec (empty command, NUL bytes,
+     |                           bad environment names, max runtime out of range)
+     +-- BackendStateError       backend_state_corrupt: the backend's own records are unreadable
+     +-- BackendClosedError      backend_closed: used after ``close()``
+
+Where a bad job is reported: a spec whose *shape* is wrong cannot be built at all
+(``JobSpec`` raises ``InvalidJobError``; the API layer turns that into a 4xx before anything is
+admitted). A job whose problem only shows when it runs on the backend's host (its command is
+not found or not executable there) is accepted and then reported as ``failed`` with a message
+saying why, so the tracker releases its quota like for any other failed job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "FINAL_STATES",
+    "MAX_RUNTIME_SECONDS",
+    "WORKLOAD_ID_PATTERN",
+    "Backend",
+    "BackendClosedError",
+    "BackendError",
+    "BackendStateError",
+    "InvalidJobError",
+    "InvalidWorkloadIdError",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "validate_workload_id",
+]
+
+WORKLOAD_ID_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
+"""A workload id is a safe path component and job name on every backend."""
+
+# Ten years: far beyond any real run, small enough that deadline arithmetic cannot overflow.
+MAX_RUNTIME_SECONDS = 10 * 366 * 24 * 3600
+
+
+class BackendError(Exception):
+    """The backend could not do what was asked."""
+
+    code: str = "backend_error"
+
+
+class InvalidWorkloadIdError(BackendError):
+    """A workload id is not a safe name: it must match ``[a-z0-9-]{1,64}``."""
+
+    code = "invalid_workload_id"
+
+    def __init__(self, workload_id: object) -> None:
+        # repr() bounded so a huge or hostile id cannot flood a log line.
+        shown = repr(workload_id)[:80]
+        super().__init__(f"invalid workload id {shown}: use 1 to 64 of [a-z0-9-]")
+
+
+class InvalidJobError(BackendError):
+    """A job spec is malformed; it was never submitted."""
+
+    code = "invalid_job"
+
+
+class BackendStateError(BackendError):
+    """The backend's own records for a job are unreadable or corrupt."""
+
+    code = "backend_state_corrupt"
+
+
+class BackendClosedError(BackendError):
+    """The backend was used after ``close()``."""
+
+    code = "backend_closed"
+
+    def __init__(self) -> None:
+        super().__init__("the backend is closed")
+
+
+class JobState(StrEnum):
+    """Where a backend job is. ``unknown`` means the backend has no job of that id."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES: frozenset[JobState] = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+)
+
+
+def validate_workload_id(workload_id: object) -> str:
+    """Return ``workload_id`` if it is a safe name, else raise ``InvalidWorkloadIdError``."""
+    if not isinstance(workload_id, str) or WORKLOAD_ID_PATTERN.fullmatch(workload_id) is None:
+        raise InvalidWorkloadIdError(workload_id)
+    return workload_id
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to run: a command (no shell), extra environment and a runtime limit.
+
+    Usage::
+
+        JobSpec("wl-42", ("python", "train.py", "--epochs", "3"), {"SEED": "1"}, 3600)
+
+    ``command`` and ``env`` are copied on construction (into a tuple and a read-only mapping),
+    so a spec cannot change after it is validated. Raises ``InvalidWorkloadIdError`` or
+    ``InvalidJobError``.
+    """
+
+    workload_id: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    max_runtime_seconds: int
+
+    def __post_init__(self) -> None:
+        validate_workload_id(self.workload_id)
+        # Frozen: copying needs object.__setattr__; the copies are what gets validated.
+        object.__setattr__(self, "command", tuple(self.command))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        _validate_command(self.command)
+        _validate_env(self.env)
+        _validate_runtime(self.max_runtime_seconds)
+
+
+def _validate_command(command: tuple[str, ...]) -> None:
+    if not command:
+        raise InvalidJobError("the command is empty")
+    if not all(isinstance(arg, str) for arg in command):
+        raise InvalidJobError("every command argument must be a string")
+    if not command[0]:
+        raise InvalidJobError("the command's program name is empty")
+    if any("\0" in arg for arg in command):
+        raise InvalidJobError("command arguments must not contain NUL bytes")
+
+
+def _validate_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidJobError("environment names and values must be strings")
+        if not name or "=" in name or "\0" in name:
+            raise InvalidJobError(f"invalid environment variable name {name[:64]!r}")
+        if "\0" in value:
+            raise InvalidJobError(f"environment variable {name[:64]!r} contains a NUL byte")
+
+
+def _validate_runtime(seconds: int) -> None:
+    # bool is an int subclass; True seconds is a bug, not a runtime.
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise InvalidJobError("max_runtime_seconds must be an integer")
+    if not 1 <= seconds <= MAX_RUNTIME_SECONDS:
+        raise InvalidJobError(f"max_runtime_seconds must be between 1 and {MAX_RUNTIME_SECONDS}")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's state as the backend last saw it.
+
+    ``exit_code`` is the command's exit status when it exited by itself, ``-N`` when signal
+    ``N`` ended it, and ``None`` when it never ran or the backend could not learn it.
+    """
+
+    state: JobState
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    message: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A place that runs jobs. One module per backend implements it.
+
+    Contract:
+
+    - ``submit`` is idempotent: the workload id names the job; submitting an id that already
+      exists does nothing (even if the spec differs).
+    - ``cancel`` is idempotent: it stops a pending or running job (SIGTERM to the job, then
+      SIGKILL after a grace period, or the backend's equivalent) and returns once it is
+      stopped; cancelling a finished or unknown job does nothing.
+    - ``status`` of an id the backend does not know reports ``JobState.UNKNOWN``.
+    - ``logs`` returns at most ``tail_bytes`` from the end of the job's combined output.
+    - ``close`` releases the backend's own resources.
+    """
+
+    name: str
+
+    async def submit(self, job: JobSpec) -> None: ...
+
+    async def cancel(self, workload_id: str) -> None: ...
+
+    async def status(self, workload_id: str) -> JobStatus: ...
+
+    async def logs(self, workload_id: str, tail_bytes: int = 65536) -> bytes: ...
+
+    async def close(self) -> None: ...
