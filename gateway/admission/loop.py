@@ -133,6 +133,7 @@ async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorklo
         state="admitted",
         admission=admission,
         admitted_at=utcnow(),
+        attempt=row.attempt + 1,
         reason_code="Admitted",
         reason_message="quota reserved",
     )

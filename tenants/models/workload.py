@@ -31,6 +31,8 @@ class WorkloadRow(SQLModel, table=True):
     idempotency_key: str | None = Field(default=None, max_length=255)
     request_hash: str | None = Field(default=None, max_length=64)  # what the key was used for
     cancel_requested: bool = False  # the dispatcher stops it, then it is cancelled
+    attempt: int = 0  # admissions so far; names the backend job of each run
+    job_id: str | None = Field(default=None, max_length=64)  # the backend job, while it exists
     version: int = 0  # bumped on every change, for optimistic checks
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

@@ -1,0 +1,61 @@
+"""Drives admission and dispatch in the background: whichever process holds the
+leader lock runs the passes; the others keep trying to take over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+
+from gateway.admission.dispatcher import Dispatcher
+from gateway.admission.leader import LeaderLock
+from gateway.admission.loop import AdmissionLoop, StaleDecisionError
+from gateway.backends import Backend
+from tenants import Database
+
+__all__ = ["AdmissionRuntime"]
+
+log = logging.getLogger(__name__)
+
+
+class AdmissionRuntime:
+    def __init__(
+        self, database: Database, backends: Mapping[str, Backend], *, interval: float = 0.5
+    ) -> None:
+        self.lock = LeaderLock(database)
+        self.loop = AdmissionLoop(database)
+        self.dispatcher = Dispatcher(database, backends)
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def step(self) -> bool:
+        """One round as leader, if this process is (or becomes) the leader."""
+        if not await self.lock.try_acquire():
+            return False
+        try:
+            await self.loop.run_pass()
+        except StaleDecisionError as err:
+            log.info("admission pass rolled back, retrying next round: %s", err)
+        await self.dispatcher.run_pass()
+        return True
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except (OSError, ConnectionError) as err:  # the database went away: retry
+                log.warning("admission round failed: %s", err)
+                await self.lock.release()
+            await asyncio.sleep(self.interval)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="ignara-admission")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.lock.release()

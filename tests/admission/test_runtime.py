@@ -1,0 +1,134 @@
+"""Admission plus dispatch against the real local backend: work runs, ends, frees
+quota; cancel and preemption stop real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.admission import AdmissionRuntime
+from gateway.backends import LocalBackend
+from tenants import Database, parse_config
+from tenants.models import WorkloadRow
+from tenants.services import apply_config
+from tenants.services.workloads import (
+    PodSetRequest,
+    WorkloadSubmission,
+    cancel_workload,
+    submit_workload,
+)
+
+CONFIG = {
+    "flavors": ["h100"],
+    "cluster_queues": [
+        {
+            "name": "team-a",
+            "preemption": {"within_cluster_queue": "LowerPriority"},
+            "resource_groups": [
+                {
+                    "resources": ["nvidia.com/gpu"],
+                    "flavors": [{"name": "h100", "quotas": {"nvidia.com/gpu": {"nominal": 2}}}],
+                }
+            ],
+        }
+    ],
+    "tenants": [{"name": "alpha", "queues": ["team-a"]}],
+}
+
+
+def job(
+    name: str, code: str, *, gpus: int = 1, priority: int = 0, runtime: int = 60
+) -> WorkloadSubmission:
+    return WorkloadSubmission(
+        name=name,
+        queue="team-a",
+        priority=priority,
+        pod_sets=(PodSetRequest("main", gpus, {"nvidia.com/gpu": "1"}),),
+        max_runtime_seconds=runtime,
+        command=(sys.executable, "-c", code),
+    )
+
+
+@pytest.fixture
+async def runtime(database: Database, tmp_path: Path) -> AsyncIterator[AdmissionRuntime]:
+    async with database.session() as session:
+        await apply_config(session, parse_config(CONFIG), actor="test")
+    backend = LocalBackend(tmp_path / "jobs", grace_seconds=1.0)
+    runtime = AdmissionRuntime(database, {"local": backend}, interval=0.05)
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+        await backend.close()
+
+
+async def submit(db: Database, submission: WorkloadSubmission) -> str:
+    async with db.session() as session:
+        row, _ = await submit_workload(session, "alpha", submission, actor="test")
+    return row.id
+
+
+async def row(db: Database, workload_id: str) -> WorkloadRow:
+    async with db.session() as session:
+        found = await session.get(WorkloadRow, workload_id)
+    assert found is not None
+    return found
+
+
+async def until(
+    runtime: AdmissionRuntime, db: Database, workload_id: str, state: str
+) -> WorkloadRow:
+    for _ in range(400):  # 20 s at most
+        assert await runtime.step()
+        current = await row(db, workload_id)
+        if current.state == state:
+            return current
+        await asyncio.sleep(0.05)
+    raise AssertionError(
+        f"{workload_id} never reached {state}: {current.state} {current.reason_message}"
+    )
+
+
+async def test_work_runs_to_success_and_frees_its_quota(
+    runtime: AdmissionRuntime, database: Database
+) -> None:
+    first = await submit(database, job("first", "print('hello from the job')", gpus=2))
+    second = await submit(database, job("second", "pass", gpus=2))
+    done = await until(runtime, database, first, "succeeded")
+    assert done.job_id == f"{first}-1" and done.finished_at is not None
+    backend = runtime.dispatcher.backends["local"]
+    assert b"hello from the job" in await backend.logs(done.job_id)
+    await until(runtime, database, second, "succeeded")  # admitted once first released
+
+
+async def test_a_failing_command_fails_with_its_exit_code(
+    runtime: AdmissionRuntime, database: Database
+) -> None:
+    wid = await submit(database, job("bad", "raise SystemExit(3)"))
+    failed = await until(runtime, database, wid, "failed")
+    assert "3" in (failed.reason_message or "")
+
+
+async def test_cancel_stops_a_running_job(runtime: AdmissionRuntime, database: Database) -> None:
+    wid = await submit(database, job("sleeper", "import time; time.sleep(60)"))
+    await until(runtime, database, wid, "running")
+    async with database.session() as session:
+        await cancel_workload(session, "alpha", wid, actor="alpha")
+    await until(runtime, database, wid, "cancelled")
+
+
+async def test_preemption_stops_the_victim_and_runs_the_urgent_gang(
+    runtime: AdmissionRuntime, database: Database
+) -> None:
+    low = await submit(database, job("low", "import time; time.sleep(60)", gpus=2))
+    await until(runtime, database, low, "running")
+    urgent = await submit(database, job("urgent", "pass", gpus=2, priority=10))
+    await until(runtime, database, urgent, "succeeded")
+    again = await until(runtime, database, low, "running")  # re-admitted, a new job
+    assert again.attempt == 2 and again.job_id == f"{low}-2"
+    first_run = await runtime.dispatcher.backends["local"].status(f"{low}-1")
+    assert first_run.state.value == "cancelled"  # the preempted process was stopped
