@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
 from gateway.backends import LocalBackend
@@ -63,6 +64,12 @@ async def runtime(database: Database, tmp_path: Path) -> AsyncIterator[Admission
         yield runtime
     finally:
         await runtime.stop()
+        # Jobs outlive a closed backend by design; a test must not leave any behind.
+        async with database.session() as session:
+            rows = (await session.exec(select(WorkloadRow))).all()
+        for workload in rows:
+            for attempt in range(1, workload.attempt + 1):
+                await backend.cancel(f"{workload.id}-{attempt}")
         await backend.close()
 
 
