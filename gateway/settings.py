@@ -21,9 +21,26 @@ class DatabaseSettings:
 
 
 @dataclass(frozen=True)
+class AuthSettings:
+    # Bootstrap admin key (IGNARA_ADMIN_KEY): administers a fresh deployment.
+    admin_key: str | None = None
+    # Server-side secret for API key hashes (IGNARA_KEY_PEPPER); when unset, a random
+    # one is kept in ``pepper_file`` so keys survive restarts of a single node.
+    pepper: str | None = None
+    pepper_file: str = ".ignara-pepper"
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    local_root: str = ".ignara-jobs"  # where the local backend keeps jobs and logs
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings
     database: DatabaseSettings
+    auth: AuthSettings
+    backends: BackendSettings
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -35,4 +52,12 @@ class Settings:
                 log_level=env.get("IGNARA_LOG_LEVEL", ServerSettings.log_level),
             ),
             database=DatabaseSettings(url=env.get("DATABASE_URL", DatabaseSettings.url)),
+            auth=AuthSettings(
+                admin_key=env.get("IGNARA_ADMIN_KEY") or None,
+                pepper=env.get("IGNARA_KEY_PEPPER") or None,
+                pepper_file=env.get("IGNARA_KEY_PEPPER_FILE", AuthSettings.pepper_file),
+            ),
+            backends=BackendSettings(
+                local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root)
+            ),
         )

@@ -3,12 +3,13 @@ services that change them."""
 
 from tenants.config_file import IgnaraConfig, load_config_file, parse_config
 from tenants.db import Database, async_url, migrate
-from tenants.errors import ConflictError, NotFoundError, TenantsError
+from tenants.errors import ConflictError, InvalidRequestError, NotFoundError, TenantsError
 
 __all__ = [
     "ConflictError",
     "Database",
     "IgnaraConfig",
+    "InvalidRequestError",
     "NotFoundError",
     "TenantsError",
     "async_url",

@@ -7,7 +7,7 @@ TenantsError
 
 from __future__ import annotations
 
-__all__ = ["ConflictError", "NotFoundError", "TenantsError"]
+__all__ = ["ConflictError", "InvalidRequestError", "NotFoundError", "TenantsError"]
 
 
 class TenantsError(Exception):
@@ -19,4 +19,8 @@ class NotFoundError(TenantsError):
 
 
 class ConflictError(TenantsError):
+    pass
+
+
+class InvalidRequestError(TenantsError):
     pass

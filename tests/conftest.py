@@ -7,6 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from gateway.settings import (
+    AuthSettings,
+    BackendSettings,
+    DatabaseSettings,
+    ServerSettings,
+    Settings,
+)
 from tenants import Database
 from tests.support.postgres import create_database, postgres_server
 
@@ -29,3 +36,17 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         yield db
     finally:
         await db.dispose()
+
+
+ADMIN_KEY = "test-bootstrap-admin-key-0123456789"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Gateway settings that keep every file of a test under its temp directory."""
+    return Settings(
+        server=ServerSettings(),
+        database=DatabaseSettings(url=f"sqlite:///{tmp_path / 'gateway.db'}"),
+        auth=AuthSettings(admin_key=ADMIN_KEY, pepper="test-pepper-0123456789abcdef"),
+        backends=BackendSettings(local_root=str(tmp_path / "jobs")),
+    )

@@ -15,7 +15,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from quota.model import Admission, PodSet, PodSetAssignment, Workload
 from quota.resources import parse_quantity
-from tenants.errors import ConflictError, NotFoundError
+from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
 from tenants.models import AuditEntry, ClusterQueueRow, Tenant, WorkloadRow
 from tenants.models._base import utcnow
 
@@ -101,10 +101,11 @@ async def submit_workload(
     owner = await session.get(Tenant, tenant)
     if owner is None:
         raise NotFoundError(f"tenant {tenant!r} does not exist")
-    if await session.get(ClusterQueueRow, submission.queue) is None:
-        raise NotFoundError(f"cluster queue {submission.queue!r} does not exist")
-    if submission.queue not in owner.queues:
-        raise ConflictError(f"tenant {tenant!r} may not use cluster queue {submission.queue!r}")
+    queue = await session.get(ClusterQueueRow, submission.queue)
+    if queue is None or submission.queue not in owner.queues:
+        # The same answer whether the queue is missing or another tenant's.
+        raise NotFoundError(f"cluster queue {submission.queue!r} is not available to {tenant!r}")
+    _check_resources(submission, queue)
     row = WorkloadRow(
         tenant=tenant,
         name=submission.name,
@@ -129,6 +130,20 @@ async def submit_workload(
     )
     await session.flush()
     return row, True
+
+
+def _check_resources(submission: WorkloadSubmission, queue: ClusterQueueRow) -> None:
+    covered = {r for group in queue.spec.get("resource_groups", []) for r in group["resources"]}
+    for pod_set in submission.pod_sets:
+        for resource, value in pod_set.requests.items():
+            amount = parse_quantity(value)
+            if amount and resource not in covered:
+                raise InvalidRequestError(
+                    f"pod set {pod_set.name!r} requests {resource!r}, which cluster queue "
+                    f"{queue.name!r} has no quota for (it covers {', '.join(sorted(covered))})"
+                )
+        if pod_set.min_count is not None and pod_set.min_count > pod_set.count:
+            raise InvalidRequestError(f"pod set {pod_set.name!r}: min_count exceeds count")
 
 
 async def get_workload(session: AsyncSession, tenant: str, workload_id: str) -> WorkloadRow:

@@ -1,0 +1,3 @@
+from gateway.admin.controllers import AdminController
+
+__all__ = ["AdminController"]

@@ -1,0 +1,165 @@
+"""`/api/v1/admin`: tenants, API keys and the declarative quota config. Every change
+is audited by the services; these handlers only check who may ask."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.params import Parameter
+from msgspec import Meta
+from sqlmodel import col, select
+
+from gateway.auth import Identity, generate_api_key, hash_secret
+from gateway.errors import ApiError
+from tenants import Database, parse_config
+from tenants.models import Tenant
+from tenants.models._base import utcnow
+from tenants.services import apply_config
+from tenants.services.api_keys import add_api_key, list_api_keys, revoke_api_key
+
+__all__ = ["AdminController"]
+
+TenantName = Annotated[str, Parameter(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+
+
+class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
+    principal: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9._@-]{0,199}$")]
+    roles: Annotated[list[str], Meta(min_length=1, max_length=3)] = msgspec.field(
+        default_factory=lambda: ["member"]
+    )
+    scopes: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)] = []
+    expires_in_seconds: Annotated[int, Meta(ge=60, le=2 * 365 * 86400)] | None = None
+
+
+class KeyOut(msgspec.Struct):
+    key_id: str
+    tenant: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    token: str | None = None  # shown once, at creation
+
+
+class TenantOut(msgspec.Struct):
+    name: str
+    display_name: str
+    queues: list[str]
+
+
+class ApplyOut(msgspec.Struct):
+    created: list[str]
+    updated: list[str]
+    deleted: list[str]
+
+
+def require_admin(identity: Identity) -> None:
+    if "admin" not in identity.roles:
+        raise ApiError(403, "forbidden", "this needs the admin role")
+
+
+def require_tenant_admin(identity: Identity, tenant: str) -> None:
+    if "admin" in identity.roles:
+        return
+    if identity.tenant != tenant or "tenant-admin" not in identity.roles:
+        raise ApiError(403, "forbidden", f"this needs the admin role, or tenant-admin of {tenant}")
+
+
+class AdminController(Controller):
+    path = "/api/v1/admin"
+    tags = ["admin"]
+
+    @post("/config", operation_id="ApplyConfig", summary="Apply a declarative config.")
+    async def apply(
+        self, request: Request[Identity, Any, Any], data: dict[str, Any], database: Database
+    ) -> ApplyOut:
+        require_admin(request.user)
+        config = parse_config(data)
+        async with database.session() as session:
+            report = await apply_config(session, config, actor=request.user.principal)
+        return ApplyOut(report.created, report.updated, report.deleted)
+
+    @get("/tenants", operation_id="ListTenants")
+    async def tenants(
+        self, request: Request[Identity, Any, Any], database: Database
+    ) -> list[TenantOut]:
+        require_admin(request.user)
+        async with database.session() as session:
+            rows = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
+        return [TenantOut(t.name, t.display_name, list(t.queues)) for t in rows]
+
+    @post("/tenants/{tenant:str}/keys", operation_id="CreateApiKey")
+    async def create_key(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        data: KeyIn,
+        database: Database,
+        pepper: bytes,
+    ) -> KeyOut:
+        identity = request.user
+        require_tenant_admin(identity, tenant)
+        if "admin" in data.roles and "admin" not in identity.roles:
+            raise ApiError(403, "forbidden", "only an admin may create admin keys")
+        generated = generate_api_key("live")
+        expires = (
+            utcnow() + timedelta(seconds=data.expires_in_seconds)
+            if data.expires_in_seconds
+            else None
+        )
+        async with database.session() as session:
+            try:
+                key = await add_api_key(
+                    session,
+                    tenant=tenant,
+                    principal=data.principal,
+                    roles=data.roles,
+                    key_id=generated.key_id,
+                    secret_hash=hash_secret(generated.secret, pepper),
+                    scopes=data.scopes,
+                    expires_at=expires,
+                    actor=identity.principal,
+                )
+            except ValueError as err:
+                raise ApiError(400, "invalid_request", str(err)) from None
+            out = _key_out(key)
+        out.token = generated.token
+        return out
+
+    @get("/tenants/{tenant:str}/keys", operation_id="ListApiKeys")
+    async def list_keys(
+        self, request: Request[Identity, Any, Any], tenant: TenantName, database: Database
+    ) -> list[KeyOut]:
+        require_tenant_admin(request.user, tenant)
+        async with database.session() as session:
+            return [_key_out(k) for k in await list_api_keys(session, tenant)]
+
+    @delete("/tenants/{tenant:str}/keys/{key_id:str}", operation_id="RevokeApiKey", status_code=200)
+    async def revoke_key(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        key_id: Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")],
+        database: Database,
+    ) -> KeyOut:
+        require_tenant_admin(request.user, tenant)
+        async with database.session() as session:
+            return _key_out(
+                await revoke_api_key(session, tenant, key_id, actor=request.user.principal)
+            )
+
+
+def _key_out(key: Any) -> KeyOut:
+    return KeyOut(
+        key_id=key.key_id,
+        tenant=key.tenant,
+        scopes=list(key.scopes),
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+        last_used_at=key.last_used_at,
+    )

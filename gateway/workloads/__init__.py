@@ -1,0 +1,3 @@
+from gateway.workloads.controllers import WorkloadController
+
+__all__ = ["WorkloadController"]

@@ -1,0 +1,142 @@
+"""`/api/v1/workloads`: submit, list, read, cancel and read the logs of one's own
+tenant's training workloads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.params import Parameter
+
+from gateway.auth import Identity
+from gateway.backends import Backend, BackendError
+from gateway.errors import ApiError
+from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
+from tenants import Database
+from tenants.services.workloads import (
+    cancel_workload,
+    get_workload,
+    list_workloads,
+    submit_workload,
+)
+
+__all__ = ["WorkloadController"]
+
+WorkloadId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{32}$", description="The workload's id")]
+
+
+def tenant_of(request: Request[Identity, Any, Any]) -> Identity:
+    """Workloads belong to a tenant; the bootstrap admin, of none, cannot own any."""
+    identity = request.user
+    if identity.tenant == "*":
+        raise ApiError(403, "forbidden", "workloads belong to a tenant; use a tenant's key")
+    return identity
+
+
+def _check_cursor(cursor: str) -> None:
+    created, _, last_id = cursor.partition("|")
+    try:
+        datetime.fromisoformat(created)
+    except ValueError:
+        last_id = ""
+    if not last_id:
+        raise ApiError(400, "invalid_request", "cursor: not a cursor this API returned")
+
+
+class WorkloadController(Controller):
+    path = "/api/v1/workloads"
+    tags = ["workloads"]
+
+    @post("/", operation_id="SubmitWorkload", summary="Submit a training workload (a gang).")
+    async def submit(
+        self,
+        request: Request[Identity, Any, Any],
+        data: WorkloadIn,
+        database: Database,
+        idempotency_key: Annotated[
+            str | None, Parameter(header="Idempotency-Key", max_length=255, required=False)
+        ] = None,
+    ) -> Response[WorkloadOut]:
+        identity = tenant_of(request)
+        async with database.session() as session:
+            row, created = await submit_workload(
+                session,
+                identity.tenant,
+                data.to_submission(),
+                actor=identity.principal,
+                idempotency_key=idempotency_key,
+            )
+            out = WorkloadOut.of(row)
+        return Response(out, status_code=201 if created else 200)
+
+    @get("/", operation_id="ListWorkloads", summary="The caller's tenant's workloads.")
+    async def list_(
+        self,
+        request: Request[Identity, Any, Any],
+        database: Database,
+        state_filter: Annotated[WorkloadState | None, Parameter(query="state")] = None,
+        limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Parameter(max_length=200)] = None,
+    ) -> WorkloadList:
+        identity = tenant_of(request)
+        if cursor is not None:
+            _check_cursor(cursor)
+        async with database.session() as session:
+            page = await list_workloads(
+                session,
+                identity.tenant,
+                state=state_filter.value if state_filter else None,
+                limit=limit,
+                cursor=cursor,
+            )
+            return WorkloadList([WorkloadOut.of(r) for r in page.items], page.next_cursor)
+
+    @get("/{workload_id:str}", operation_id="GetWorkload", summary="One workload.")
+    async def read(
+        self, request: Request[Identity, Any, Any], workload_id: WorkloadId, database: Database
+    ) -> WorkloadOut:
+        identity = tenant_of(request)
+        async with database.session() as session:
+            return WorkloadOut.of(await get_workload(session, identity.tenant, workload_id))
+
+    @delete(
+        "/{workload_id:str}",
+        operation_id="CancelWorkload",
+        summary="Cancel a workload (pending: at once; running: once its job stops).",
+        status_code=200,
+    )
+    async def cancel(
+        self, request: Request[Identity, Any, Any], workload_id: WorkloadId, database: Database
+    ) -> WorkloadOut:
+        identity = tenant_of(request)
+        async with database.session() as session:
+            row = await cancel_workload(
+                session, identity.tenant, workload_id, actor=identity.principal
+            )
+            return WorkloadOut.of(row)
+
+    @get(
+        "/{workload_id:str}/logs",
+        operation_id="WorkloadLogs",
+        summary="The tail of the workload's current (or last) run's output.",
+        media_type="text/plain",
+    )
+    async def logs(
+        self,
+        request: Request[Identity, Any, Any],
+        workload_id: WorkloadId,
+        database: Database,
+        backends: dict[str, Backend],
+        tail_bytes: Annotated[int, Parameter(ge=1, le=8 * 1024 * 1024)] = 65536,
+    ) -> bytes:
+        identity = tenant_of(request)
+        async with database.session() as session:
+            row = await get_workload(session, identity.tenant, workload_id)
+        backend = backends.get(row.spec.get("backend", "local"))
+        if row.attempt == 0 or backend is None:
+            return b""
+        try:
+            return await backend.logs(f"{row.id}-{row.attempt}", tail_bytes)
+        except BackendError as err:
+            raise ApiError(502, "backend_error", f"cannot read the logs: {err}") from None

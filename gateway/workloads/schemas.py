@@ -1,0 +1,131 @@
+"""Wire types of the workload API: every field bounded, unknown fields refused."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from tenants.models import WorkloadRow
+from tenants.services.workloads import PodSetRequest, WorkloadSubmission
+
+__all__ = ["PodSetIn", "Reason", "WorkloadIn", "WorkloadList", "WorkloadOut", "WorkloadState"]
+
+Name = Annotated[str, Meta(pattern=r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$", max_length=63)]
+ResourceName = Annotated[
+    str, Meta(pattern=r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+]
+Quantity = Annotated[str, Meta(max_length=64)] | Annotated[int, Meta(ge=0, le=10**15)]
+Count = Annotated[int, Meta(ge=1, le=100_000)]
+Arg = Annotated[str, Meta(max_length=8192)]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+
+
+class WorkloadState(StrEnum):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class _In(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class PodSetIn(_In):
+    name: Name
+    count: Count
+    requests: Annotated[dict[ResourceName, Quantity], Meta(max_length=32)]
+    min_count: Count | None = None
+
+
+class JobIn(_In):
+    command: Annotated[list[Arg], Meta(min_length=1, max_length=256)]
+    env: Annotated[dict[EnvName, Annotated[str, Meta(max_length=8192)]], Meta(max_length=128)] = {}
+
+
+class WorkloadIn(_In):
+    name: Name
+    queue: Name
+    pod_sets: Annotated[list[PodSetIn], Meta(min_length=1, max_length=16)]
+    max_runtime_seconds: Annotated[int, Meta(ge=1, le=30 * 86400)]
+    job: JobIn
+    priority: Annotated[int, Meta(ge=-1_000_000, le=1_000_000)] = 0
+    backend: Name = "local"
+
+    def to_submission(self) -> WorkloadSubmission:
+        return WorkloadSubmission(
+            name=self.name,
+            queue=self.queue,
+            priority=self.priority,
+            pod_sets=tuple(
+                PodSetRequest(
+                    p.name, p.count, {r: str(v) for r, v in p.requests.items()}, p.min_count
+                )
+                for p in self.pod_sets
+            ),
+            max_runtime_seconds=self.max_runtime_seconds,
+            command=tuple(self.job.command),
+            env=dict(self.job.env),
+            backend=self.backend,
+        )
+
+
+class Reason(msgspec.Struct):
+    code: str
+    message: str
+
+
+class WorkloadOut(msgspec.Struct):
+    id: str
+    name: str
+    tenant: str
+    queue: str
+    priority: int
+    state: WorkloadState
+    reason: Reason | None
+    admission: dict[str, Any] | None
+    pod_sets: list[dict[str, Any]]
+    max_runtime_seconds: int
+    backend: str
+    cancel_requested: bool
+    attempt: int
+    created_at: datetime
+    updated_at: datetime
+    admitted_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: WorkloadRow) -> WorkloadOut:
+        reason = None
+        if row.reason_code is not None:
+            reason = Reason(row.reason_code, row.reason_message or "")
+        return cls(
+            id=row.id,
+            name=row.name,
+            tenant=row.tenant,
+            queue=row.queue,
+            priority=row.priority,
+            state=WorkloadState(row.state),
+            reason=reason,
+            admission=row.admission,
+            pod_sets=list(row.spec["pod_sets"]),
+            max_runtime_seconds=row.spec["max_runtime_seconds"],
+            backend=row.spec.get("backend", "local"),
+            cancel_requested=row.cancel_requested,
+            attempt=row.attempt,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            admitted_at=row.admitted_at,
+            finished_at=row.finished_at,
+        )
+
+
+class WorkloadList(msgspec.Struct):
+    items: list[WorkloadOut]
+    next_cursor: str | None
