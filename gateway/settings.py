@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,23 @@ class BackendSettings:
     local_root: str = ".ignara-jobs"  # where the local backend keeps jobs and logs
 
 
+_POLICIES = Path(__file__).resolve().parents[1] / "policies" / "rego"
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    directory: str = str(_POLICIES)  # the .rego files (tests excluded when loading)
+    opa_url: str | None = None  # an OPA server; the embedded engine when unset
+    timeout_seconds: float = 0.5
+
+
 @dataclass(frozen=True)
 class Settings:
     server: ServerSettings
     database: DatabaseSettings
     auth: AuthSettings
     backends: BackendSettings
+    policy: PolicySettings = PolicySettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -59,5 +71,9 @@ class Settings:
             ),
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root)
+            ),
+            policy=PolicySettings(
+                directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
+                opa_url=env.get("OPA_URL") or None,
             ),
         )

@@ -13,7 +13,10 @@ from msgspec import Meta
 from sqlmodel import col, select
 
 from gateway.auth import Identity, generate_api_key, hash_secret
+from gateway.authorization import authorize
 from gateway.errors import ApiError
+from gateway.policy import PolicyEngine
+from gateway.services import Services
 from tenants import Database, parse_config
 from tenants.models import Tenant
 from tenants.models._base import utcnow
@@ -57,37 +60,27 @@ class ApplyOut(msgspec.Struct):
     deleted: list[str]
 
 
-def require_admin(identity: Identity) -> None:
-    if "admin" not in identity.roles:
-        raise ApiError(403, "forbidden", "this needs the admin role")
-
-
-def require_tenant_admin(identity: Identity, tenant: str) -> None:
-    if "admin" in identity.roles:
-        return
-    if identity.tenant != tenant or "tenant-admin" not in identity.roles:
-        raise ApiError(403, "forbidden", f"this needs the admin role, or tenant-admin of {tenant}")
-
-
 class AdminController(Controller):
     path = "/api/v1/admin"
     tags = ["admin"]
 
     @post("/config", operation_id="ApplyConfig", summary="Apply a declarative config.")
     async def apply(
-        self, request: Request[Identity, Any, Any], data: dict[str, Any], database: Database
+        self, request: Request[Identity, Any, Any], data: dict[str, Any], services: Services
     ) -> ApplyOut:
-        require_admin(request.user)
+        await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
-        async with database.session() as session:
+        async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
+        if report.changed:
+            await services.reload_policy()  # tenants and queues are policy data
         return ApplyOut(report.created, report.updated, report.deleted)
 
     @get("/tenants", operation_id="ListTenants")
     async def tenants(
-        self, request: Request[Identity, Any, Any], database: Database
+        self, request: Request[Identity, Any, Any], database: Database, policy: PolicyEngine
     ) -> list[TenantOut]:
-        require_admin(request.user)
+        await authorize(policy, request.user, "admin.tenants.list")
         async with database.session() as session:
             rows = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
         return [TenantOut(t.name, t.display_name, list(t.queues)) for t in rows]
@@ -100,9 +93,10 @@ class AdminController(Controller):
         data: KeyIn,
         database: Database,
         pepper: bytes,
+        policy: PolicyEngine,
     ) -> KeyOut:
         identity = request.user
-        require_tenant_admin(identity, tenant)
+        await authorize(policy, identity, "keys.create", tenant)
         if "admin" in data.roles and "admin" not in identity.roles:
             raise ApiError(403, "forbidden", "only an admin may create admin keys")
         generated = generate_api_key("live")
@@ -132,9 +126,13 @@ class AdminController(Controller):
 
     @get("/tenants/{tenant:str}/keys", operation_id="ListApiKeys")
     async def list_keys(
-        self, request: Request[Identity, Any, Any], tenant: TenantName, database: Database
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        database: Database,
+        policy: PolicyEngine,
     ) -> list[KeyOut]:
-        require_tenant_admin(request.user, tenant)
+        await authorize(policy, request.user, "keys.list", tenant)
         async with database.session() as session:
             return [_key_out(k) for k in await list_api_keys(session, tenant)]
 
@@ -145,8 +143,9 @@ class AdminController(Controller):
         tenant: TenantName,
         key_id: Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")],
         database: Database,
+        policy: PolicyEngine,
     ) -> KeyOut:
-        require_tenant_admin(request.user, tenant)
+        await authorize(policy, request.user, "keys.revoke", tenant)
         async with database.session() as session:
             return _key_out(
                 await revoke_api_key(session, tenant, key_id, actor=request.user.principal)

@@ -10,8 +10,10 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.params import Parameter
 
 from gateway.auth import Identity
+from gateway.authorization import admit_by_policy, authorize
 from gateway.backends import Backend, BackendError
 from gateway.errors import ApiError
+from gateway.policy import PolicyEngine
 from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
 from tenants import Database
 from tenants.services.workloads import (
@@ -26,12 +28,28 @@ __all__ = ["WorkloadController"]
 WorkloadId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{32}$", description="The workload's id")]
 
 
-def tenant_of(request: Request[Identity, Any, Any]) -> Identity:
-    """Workloads belong to a tenant; the bootstrap admin, of none, cannot own any."""
+async def tenant_of(
+    request: Request[Identity, Any, Any], policy: PolicyEngine, action: str
+) -> Identity:
+    """The caller, allowed ``action`` on its own tenant's workloads. Workloads belong
+    to a tenant: the bootstrap admin, of none, cannot own any."""
     identity = request.user
     if identity.tenant == "*":
         raise ApiError(403, "forbidden", "workloads belong to a tenant; use a tenant's key")
+    await authorize(policy, identity, action, identity.tenant)
     return identity
+
+
+def _admission_input(data: WorkloadIn) -> dict[str, Any]:
+    return {
+        "name": data.name,
+        "queue": data.queue,
+        "backend": data.backend,
+        "max_runtime_seconds": data.max_runtime_seconds,
+        "pod_sets": [
+            {"name": p.name, "count": p.count, "requests": dict(p.requests)} for p in data.pod_sets
+        ],
+    }
 
 
 def _check_cursor(cursor: str) -> None:
@@ -54,11 +72,13 @@ class WorkloadController(Controller):
         request: Request[Identity, Any, Any],
         data: WorkloadIn,
         database: Database,
+        policy: PolicyEngine,
         idempotency_key: Annotated[
             str | None, Parameter(header="Idempotency-Key", max_length=255, required=False)
         ] = None,
     ) -> Response[WorkloadOut]:
-        identity = tenant_of(request)
+        identity = await tenant_of(request, policy, "workloads.submit")
+        await admit_by_policy(policy, identity.tenant, _admission_input(data))
         async with database.session() as session:
             row, created = await submit_workload(
                 session,
@@ -75,11 +95,12 @@ class WorkloadController(Controller):
         self,
         request: Request[Identity, Any, Any],
         database: Database,
+        policy: PolicyEngine,
         state_filter: Annotated[WorkloadState | None, Parameter(query="state")] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Parameter(max_length=200)] = None,
     ) -> WorkloadList:
-        identity = tenant_of(request)
+        identity = await tenant_of(request, policy, "workloads.list")
         if cursor is not None:
             _check_cursor(cursor)
         async with database.session() as session:
@@ -94,9 +115,13 @@ class WorkloadController(Controller):
 
     @get("/{workload_id:str}", operation_id="GetWorkload", summary="One workload.")
     async def read(
-        self, request: Request[Identity, Any, Any], workload_id: WorkloadId, database: Database
+        self,
+        request: Request[Identity, Any, Any],
+        workload_id: WorkloadId,
+        database: Database,
+        policy: PolicyEngine,
     ) -> WorkloadOut:
-        identity = tenant_of(request)
+        identity = await tenant_of(request, policy, "workloads.read")
         async with database.session() as session:
             return WorkloadOut.of(await get_workload(session, identity.tenant, workload_id))
 
@@ -107,9 +132,13 @@ class WorkloadController(Controller):
         status_code=200,
     )
     async def cancel(
-        self, request: Request[Identity, Any, Any], workload_id: WorkloadId, database: Database
+        self,
+        request: Request[Identity, Any, Any],
+        workload_id: WorkloadId,
+        database: Database,
+        policy: PolicyEngine,
     ) -> WorkloadOut:
-        identity = tenant_of(request)
+        identity = await tenant_of(request, policy, "workloads.cancel")
         async with database.session() as session:
             row = await cancel_workload(
                 session, identity.tenant, workload_id, actor=identity.principal
@@ -127,10 +156,11 @@ class WorkloadController(Controller):
         request: Request[Identity, Any, Any],
         workload_id: WorkloadId,
         database: Database,
+        policy: PolicyEngine,
         backends: dict[str, Backend],
         tail_bytes: Annotated[int, Parameter(ge=1, le=8 * 1024 * 1024)] = 65536,
     ) -> bytes:
-        identity = tenant_of(request)
+        identity = await tenant_of(request, policy, "workloads.logs")
         async with database.session() as session:
             row = await get_workload(session, identity.tenant, workload_id)
         backend = backends.get(row.spec.get("backend", "local"))

@@ -131,7 +131,8 @@ def test_tenants_are_isolated(client: TestClient[Any]) -> None:
     into_alpha = client.post(
         "/api/v1/workloads", json=workload(), headers=beta
     )  # team-a is alpha's
-    assert into_alpha.status_code == 404
+    assert into_alpha.status_code == 403
+    assert into_alpha.json()["error"]["code"] == "policy_denied"
     assert client.get(f"/api/v1/workloads/{wid}", headers=alpha).status_code == 200
 
 
@@ -176,7 +177,7 @@ def test_credentials_and_roles(client: TestClient[Any]) -> None:
         (workload(pod_sets=[{"name": "w", "count": 1, "requests": {"cpu": "lots"}}]), 422),
         (workload(pod_sets=[{"name": "w", "count": 1, "requests": {"example.com/tpu": 1}}]), 422),
         (workload(pod_sets=[{"name": "w", "count": 1, "min_count": 2, "requests": {}}]), 422),
-        (workload(queue="team-z"), 404),
+        (workload(queue="team-z"), 403),  # not open to alpha: the admission policy says so
     ],
 )
 def test_bad_input_gets_a_clear_4xx(
@@ -196,3 +197,13 @@ def test_malformed_and_oversized_bodies(client: TestClient[Any]) -> None:
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_request"
     huge = client.post("/api/v1/workloads", content=b"[" + b"1," * 700_000 + b"1]", headers=alpha)
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
+
+
+def test_policy_denials_reach_the_caller_with_reasons(client: TestClient[Any]) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    refused = client.post("/api/v1/workloads", json=workload(backend="slurm"), headers=alpha)
+    assert refused.status_code == 403
+    error = refused.json()["error"]
+    assert error["code"] == "policy_denied" and "slurm" in error["message"]
+    admin_submit = client.post("/api/v1/workloads", json=workload(), headers=bearer(ADMIN_KEY))
+    assert admin_submit.status_code == 403  # nobody spends another tenant's quota

@@ -1,0 +1,40 @@
+"""Asking the policy engine, and answering 403 with its reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.auth import Identity
+from gateway.errors import ApiError
+from gateway.policy import PolicyEngine
+
+__all__ = ["admit_by_policy", "authorize", "principal_of"]
+
+AUTHZ = "ignara.authz.decision"
+ADMISSION = "ignara.admission.decision"
+
+
+def principal_of(identity: Identity) -> dict[str, Any]:
+    principal: dict[str, Any] = {"id": identity.principal, "roles": sorted(identity.roles)}
+    if identity.tenant != "*":
+        principal["tenant"] = identity.tenant
+    return principal
+
+
+async def authorize(
+    policy: PolicyEngine, identity: Identity, action: str, tenant: str | None = None
+) -> None:
+    """Raise 403 unless the authorization policy allows ``action`` on ``tenant``'s data."""
+    resource = {"tenant": tenant} if tenant is not None else {}
+    decision = await policy.decide(
+        AUTHZ, {"principal": principal_of(identity), "action": action, "resource": resource}
+    )
+    if not decision.allow:
+        raise ApiError(403, "forbidden", "; ".join(decision.reasons))
+
+
+async def admit_by_policy(policy: PolicyEngine, tenant: str, workload: dict[str, Any]) -> None:
+    """Raise 403 unless the admission policy lets ``tenant`` submit ``workload``."""
+    decision = await policy.decide(ADMISSION, {"tenant": tenant, "workload": workload})
+    if not decision.allow:
+        raise ApiError(403, "policy_denied", "; ".join(decision.reasons))

@@ -1,0 +1,85 @@
+"""What the handlers share, built once per app and connected in its lifespan."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from litestar import Litestar
+
+from gateway.admission import AdmissionRuntime
+from gateway.auth import Authenticator
+from gateway.auth.store import SqlApiKeyStore
+from gateway.backends import Backend, LocalBackend
+from gateway.policy import PolicyEngine, create_policy_engine, load_policies
+from gateway.policy.data import policy_data
+from gateway.settings import Settings
+from tenants import Database
+
+__all__ = ["Services", "load_pepper"]
+
+
+@dataclass
+class Services:
+    """What the handlers share: built by :func:`create_app`, connected at start-up."""
+
+    settings: Settings
+    database: Database
+    authenticator: Authenticator
+    pepper: bytes
+    policy: PolicyEngine
+    backends: dict[str, Backend] = field(default_factory=dict)
+    runtime: AdmissionRuntime | None = None
+
+    @classmethod
+    def build(cls, settings: Settings) -> Services:
+        database = Database(settings.database.url)
+        pepper = load_pepper(settings)
+        authenticator = Authenticator(
+            api_keys=SqlApiKeyStore(database),
+            pepper=pepper,
+            bootstrap_key=settings.auth.admin_key,
+        )
+        backends: dict[str, Backend] = {"local": LocalBackend(Path(settings.backends.local_root))}
+        policy = create_policy_engine(
+            settings.policy.opa_url, timeout=settings.policy.timeout_seconds
+        )
+        return cls(settings, database, authenticator, pepper, policy, backends)
+
+    async def reload_policy(self) -> None:
+        """Load the policies with data as the database now says (after any change)."""
+        async with self.database.session() as session:
+            data = await policy_data(session, self.backends)
+        await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
+
+    @asynccontextmanager
+    async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
+        await self.database.migrate()
+        await self.reload_policy()
+        self.runtime = AdmissionRuntime(self.database, self.backends)
+        await self.runtime.start()
+        try:
+            yield
+        finally:
+            await self.runtime.stop()
+            for backend in self.backends.values():
+                await backend.close()
+            await self.authenticator.aclose()
+            await self.policy.close()
+            await self.database.dispose()
+
+
+def load_pepper(settings: Settings) -> bytes:
+    """The API-key pepper: from the settings, or a random one kept in a private file."""
+    if settings.auth.pepper:
+        return settings.auth.pepper.encode()
+    path = Path(settings.auth.pepper_file)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(32))
+    return path.read_text().strip().encode()
