@@ -81,7 +81,8 @@ def _migrate_and_apply(settings: Settings, config_file: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshots as one JSON object.")
 def simulate(file: str, as_json: bool) -> None:
     """Play an admission scenario; exit 0 if every expect held, 1 if not, 2 if invalid."""
-    from quota.scenario import ScenarioError, load_scenario
+    from quota.errors import ScenarioError
+    from quota.scenario import load_scenario
     from quota.simulate import play
 
     try:
