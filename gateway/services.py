@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -16,11 +19,13 @@ from gateway.auth import Authenticator
 from gateway.auth.store import SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
-from gateway.policy.data import policy_data
+from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
 from tenants import Database
 
 __all__ = ["Services", "load_pepper"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,6 +39,8 @@ class Services:
     policy: PolicyEngine
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
+    config_version: int | None = None
+    _watcher: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -53,18 +60,36 @@ class Services:
     async def reload_policy(self) -> None:
         """Load the policies with data as the database now says (after any change)."""
         async with self.database.session() as session:
+            version = await config_version(session)
             data = await policy_data(session, self.backends)
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
+        self.config_version = version
+
+    async def watch_config(self, interval: float = 1.0) -> None:
+        """Another replica may change the config: reload when the audit log moves."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self.database.session() as session:
+                    version = await config_version(session)
+                if version != self.config_version:
+                    await self.reload_policy()
+            except (OSError, ConnectionError) as err:
+                log.warning("cannot check the config version: %s", err)
 
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
         await self.database.migrate()
         await self.reload_policy()
+        self._watcher = asyncio.create_task(self.watch_config(), name="ignara-config-watch")
         self.runtime = AdmissionRuntime(self.database, self.backends)
         await self.runtime.start()
         try:
             yield
         finally:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
             await self.runtime.stop()
             for backend in self.backends.values():
                 await backend.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from litestar import Controller, get
 
+from gateway.services import Services
+
 
 class HealthController(Controller):
     tags = ["health"]
@@ -12,6 +14,11 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz", operation_id="Readyz", summary="The gateway is ready to serve.")
-    async def readyz(self) -> dict[str, str]:
-        return {"status": "ready"}
+    @get(
+        "/readyz",
+        operation_id="Readyz",
+        summary="Ready to serve; says whether this process runs the admission loop.",
+    )
+    async def readyz(self, services: Services) -> dict[str, str | bool]:
+        runtime = services.runtime
+        return {"status": "ready", "admission_leader": bool(runtime and runtime.lock.held)}

@@ -5,12 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlmodel import select
+from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tenants.models import ClusterQueueRow, Tenant
+from tenants.models import AuditEntry, ClusterQueueRow, Tenant
 
-__all__ = ["policy_data"]
+__all__ = ["CONFIG_KINDS", "config_version", "policy_data"]
+
+# Audited kinds of change that alter what the policies read.
+CONFIG_KINDS = ("tenant", "cluster_queue", "cohort", "flavor", "setting")
+
+
+async def config_version(session: AsyncSession) -> int:
+    """The newest audited config change: every change writes one entry."""
+    newest = (
+        await session.exec(
+            select(func.max(AuditEntry.id)).where(col(AuditEntry.kind).in_(CONFIG_KINDS))
+        )
+    ).one()
+    return int(newest or 0)
 
 
 async def policy_data(session: AsyncSession, backends: Iterable[str]) -> dict[str, Any]:

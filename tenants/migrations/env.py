@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import SQLModel
@@ -13,6 +13,10 @@ from sqlmodel import SQLModel
 import tenants.models  # noqa: F401 - registers every table on SQLModel.metadata
 
 target_metadata = SQLModel.metadata
+
+# Gateways starting together must not migrate at once; the second one waits, then
+# finds the schema already at head.
+MIGRATION_LOCK = 0x1A6A_0001
 
 
 def _run(connection: Connection) -> None:
@@ -22,6 +26,8 @@ def _run(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         context.run_migrations()
 
 

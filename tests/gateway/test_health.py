@@ -11,7 +11,8 @@ from gateway.settings import Settings
 def test_healthz_and_readyz(settings: Settings) -> None:
     with TestClient(app=create_app(settings)) as client:
         assert client.get("/healthz").json() == {"status": "ok"}
-        assert client.get("/readyz").json() == {"status": "ready"}
+        ready = client.get("/readyz").json()
+        assert ready["status"] == "ready" and isinstance(ready["admission_leader"], bool)
 
 
 def test_openapi_schema_lists_the_probes(settings: Settings) -> None:
