@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from litestar import Controller, get
+from typing import Any
+
+from litestar import Controller, Request, get
 
 from gateway.services import Services
 
@@ -19,6 +21,7 @@ class HealthController(Controller):
         operation_id="Readyz",
         summary="Ready to serve; says whether this process runs the admission loop.",
     )
-    async def readyz(self, services: Services) -> dict[str, str | bool]:
-        runtime = services.runtime
+    async def readyz(self, request: Request[Any, Any, Any]) -> dict[str, str | bool]:
+        services = request.app.state.get("services")
+        runtime = services.runtime if isinstance(services, Services) else None
         return {"status": "ready", "admission_leader": bool(runtime and runtime.lock.held)}
