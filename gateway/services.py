@@ -15,7 +15,7 @@ from pathlib import Path
 from litestar import Litestar
 
 from gateway.admission import AdmissionRuntime
-from gateway.auth import Authenticator
+from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
@@ -23,7 +23,7 @@ from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
 from tenants import Database
 
-__all__ = ["Services", "load_pepper"]
+__all__ = ["Services", "load_pepper", "oidc_verifier"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class Services:
         authenticator = Authenticator(
             api_keys=SqlApiKeyStore(database),
             pepper=pepper,
+            oidc=oidc_verifier(settings),
             bootstrap_key=settings.auth.admin_key,
         )
         backends: dict[str, Backend] = {"local": LocalBackend(Path(settings.backends.local_root))}
@@ -96,6 +97,24 @@ class Services:
             await self.authenticator.aclose()
             await self.policy.close()
             await self.database.dispose()
+
+
+def oidc_verifier(settings: Settings) -> OidcVerifier | None:
+    """An OIDC verifier when an issuer is configured; it needs audience and JWKS URI too."""
+    auth = settings.auth
+    if auth.oidc_issuer is None:
+        return None
+    if auth.oidc_audience is None or auth.oidc_jwks_uri is None:
+        raise ValueError("OIDC_ISSUER needs OIDC_AUDIENCE and OIDC_JWKS_URI as well")
+    return OidcVerifier(
+        OidcSettings(
+            issuer=auth.oidc_issuer,
+            audience=auth.oidc_audience,
+            jwks_uri=auth.oidc_jwks_uri,
+            tenant_claim=auth.oidc_tenant_claim,
+            roles_claim=auth.oidc_roles_claim,
+        )
+    )
 
 
 def load_pepper(settings: Settings) -> bytes:

@@ -29,6 +29,12 @@ class AuthSettings:
     # one is kept in ``pepper_file`` so keys survive restarts of a single node.
     pepper: str | None = None
     pepper_file: str = ".ignara-pepper"
+    # OIDC bearer tokens, accepted when an issuer is configured (OIDC_ISSUER, ...).
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_jwks_uri: str | None = None
+    oidc_tenant_claim: str = "tenant"
+    oidc_roles_claim: str = "roles"
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,11 @@ class Settings:
                 admin_key=env.get("IGNARA_ADMIN_KEY") or None,
                 pepper=env.get("IGNARA_KEY_PEPPER") or None,
                 pepper_file=env.get("IGNARA_KEY_PEPPER_FILE", AuthSettings.pepper_file),
+                oidc_issuer=env.get("OIDC_ISSUER") or None,
+                oidc_audience=env.get("OIDC_AUDIENCE") or None,
+                oidc_jwks_uri=env.get("OIDC_JWKS_URI") or None,
+                oidc_tenant_claim=env.get("OIDC_TENANT_CLAIM", AuthSettings.oidc_tenant_claim),
+                oidc_roles_claim=env.get("OIDC_ROLES_CLAIM", AuthSettings.oidc_roles_claim),
             ),
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root)

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, delete, get, post
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, Parameter
 from msgspec import Meta
 from sqlmodel import col, select
 
@@ -66,7 +67,10 @@ class AdminController(Controller):
 
     @post("/config", operation_id="ApplyConfig", summary="Apply a declarative config.")
     async def apply(
-        self, request: Request[Identity, Any, Any], data: dict[str, Any], services: Services
+        self,
+        request: Request[Identity, Any, Any],
+        data: JSONBody[dict[str, Any]],
+        services: NamedDependency[Services],
     ) -> ApplyOut:
         await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
@@ -78,7 +82,10 @@ class AdminController(Controller):
 
     @get("/tenants", operation_id="ListTenants")
     async def tenants(
-        self, request: Request[Identity, Any, Any], database: Database, policy: PolicyEngine
+        self,
+        request: Request[Identity, Any, Any],
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
     ) -> list[TenantOut]:
         await authorize(policy, request.user, "admin.tenants.list")
         async with database.session() as session:
@@ -90,10 +97,10 @@ class AdminController(Controller):
         self,
         request: Request[Identity, Any, Any],
         tenant: TenantName,
-        data: KeyIn,
-        database: Database,
-        pepper: bytes,
-        policy: PolicyEngine,
+        data: JSONBody[KeyIn],
+        database: NamedDependency[Database],
+        pepper: NamedDependency[bytes],
+        policy: NamedDependency[PolicyEngine],
     ) -> KeyOut:
         identity = request.user
         await authorize(policy, identity, "keys.create", tenant)
@@ -129,8 +136,8 @@ class AdminController(Controller):
         self,
         request: Request[Identity, Any, Any],
         tenant: TenantName,
-        database: Database,
-        policy: PolicyEngine,
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
     ) -> list[KeyOut]:
         await authorize(policy, request.user, "keys.list", tenant)
         async with database.session() as session:
@@ -142,8 +149,8 @@ class AdminController(Controller):
         request: Request[Identity, Any, Any],
         tenant: TenantName,
         key_id: Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")],
-        database: Database,
-        policy: PolicyEngine,
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
     ) -> KeyOut:
         await authorize(policy, request.user, "keys.revoke", tenant)
         async with database.session() as session:

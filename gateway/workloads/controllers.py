@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
 from gateway.auth import Identity
 from gateway.authorization import admit_by_policy, authorize
@@ -29,7 +30,7 @@ WorkloadId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{32}$", description="Th
 
 
 async def tenant_of(
-    request: Request[Identity, Any, Any], policy: PolicyEngine, action: str
+    request: Request[Identity, Any, Any], policy: NamedDependency[PolicyEngine], action: str
 ) -> Identity:
     """The caller, allowed ``action`` on its own tenant's workloads. Workloads belong
     to a tenant: the bootstrap admin, of none, cannot own any."""
@@ -70,11 +71,11 @@ class WorkloadController(Controller):
     async def submit(
         self,
         request: Request[Identity, Any, Any],
-        data: WorkloadIn,
-        database: Database,
-        policy: PolicyEngine,
+        data: JSONBody[WorkloadIn],
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
         idempotency_key: Annotated[
-            str | None, Parameter(header="Idempotency-Key", max_length=255, required=False)
+            str | None, HeaderParameter(name="Idempotency-Key", max_length=255, required=False)
         ] = None,
     ) -> Response[WorkloadOut]:
         identity = await tenant_of(request, policy, "workloads.submit")
@@ -94,9 +95,9 @@ class WorkloadController(Controller):
     async def list_(
         self,
         request: Request[Identity, Any, Any],
-        database: Database,
-        policy: PolicyEngine,
-        state_filter: Annotated[WorkloadState | None, Parameter(query="state")] = None,
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
+        state_filter: Annotated[WorkloadState | None, QueryParameter(name="state")] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, Parameter(max_length=200)] = None,
     ) -> WorkloadList:
@@ -118,8 +119,8 @@ class WorkloadController(Controller):
         self,
         request: Request[Identity, Any, Any],
         workload_id: WorkloadId,
-        database: Database,
-        policy: PolicyEngine,
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
     ) -> WorkloadOut:
         identity = await tenant_of(request, policy, "workloads.read")
         async with database.session() as session:
@@ -135,8 +136,8 @@ class WorkloadController(Controller):
         self,
         request: Request[Identity, Any, Any],
         workload_id: WorkloadId,
-        database: Database,
-        policy: PolicyEngine,
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
     ) -> WorkloadOut:
         identity = await tenant_of(request, policy, "workloads.cancel")
         async with database.session() as session:
@@ -155,9 +156,9 @@ class WorkloadController(Controller):
         self,
         request: Request[Identity, Any, Any],
         workload_id: WorkloadId,
-        database: Database,
-        policy: PolicyEngine,
-        backends: dict[str, Backend],
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
+        backends: NamedDependency[dict[str, Backend]],
         tail_bytes: Annotated[int, Parameter(ge=1, le=8 * 1024 * 1024)] = 65536,
     ) -> bytes:
         identity = await tenant_of(request, policy, "workloads.logs")

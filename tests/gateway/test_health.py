@@ -18,7 +18,12 @@ def test_healthz_and_readyz(settings: Settings) -> None:
 def test_openapi_schema_lists_the_probes(settings: Settings) -> None:
     with TestClient(app=create_app(settings)) as client:
         schema = client.get("/schema/openapi.json").json()
-    assert "/healthz" in schema["paths"]
+    paths = schema["paths"]
+    assert "/healthz" in paths
+    assert {"post", "get"} <= set(paths["/api/v1/workloads"])
+    assert {"get", "delete"} <= set(paths["/api/v1/workloads/{workload_id}"])
+    assert "/api/v1/workloads/{workload_id}/logs" in paths
+    assert "/api/v1/admin/tenants/{tenant}/keys" in paths
 
 
 def test_unknown_route_is_a_json_404(settings: Settings) -> None:

@@ -30,7 +30,7 @@ ADMIN = "two-gateways-bootstrap-admin-key-0123456789"
 TENANTS = ("acme", "globex", "initech")
 PER_QUEUE_LIMIT = 6  # nominal 4 + borrowing limit 2
 COHORT_LIMIT = 12  # three queues of nominal 4
-WORKLOADS = 150
+WORKLOADS = 210  # seventy per tenant
 
 CONFIG = {
     "flavors": ["h100"],

@@ -1,0 +1,37 @@
+"""One settings object, read from the environment once."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.auth import OidcVerifier
+from gateway.services import oidc_verifier
+from gateway.settings import Settings
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = Settings.from_env({})
+    assert settings.database.url == "sqlite:///ignara.db"
+    assert settings.policy.opa_url is None and settings.auth.oidc_issuer is None
+    assert oidc_verifier(settings) is None
+
+
+def test_environment_switches_each_part() -> None:
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": "postgresql://ignara@db:5432/ignara",
+            "OPA_URL": "http://opa:8181",
+            "IGNARA_PORT": "9000",
+            "OIDC_ISSUER": "https://idp.example",
+            "OIDC_AUDIENCE": "ignara",
+            "OIDC_JWKS_URI": "https://idp.example/jwks",
+        }
+    )
+    assert settings.database.url.startswith("postgresql://")
+    assert settings.policy.opa_url == "http://opa:8181" and settings.server.port == 9000
+    assert isinstance(oidc_verifier(settings), OidcVerifier)
+
+
+def test_an_incomplete_oidc_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="OIDC_AUDIENCE and OIDC_JWKS_URI"):
+        oidc_verifier(Settings.from_env({"OIDC_ISSUER": "https://idp.example"}))
