@@ -22,6 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from quota import QuotaEngine, WorkloadError
 from quota.cache import AdmittedWorkload
 from quota.reasons import PendingReason
+from quota.resources import format_quantity
 from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
@@ -136,6 +137,7 @@ async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorklo
         attempt=row.attempt + 1,
         reason_code="Admitted",
         reason_message="quota reserved",
+        reason_detail=None,
     )
 
 
@@ -147,17 +149,38 @@ async def _preempt(session: AsyncSession, row: WorkloadRow) -> None:
         state="pending",
         admission=None,
         admitted_at=None,
+        reason_detail=None,
         reason_code="Preempted",
         reason_message="preempted to make room for another workload; it waits for quota again",
     )
 
 
 async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReason) -> None:
-    if (row.reason_code, row.reason_message) == (reason.code.value, reason.message):
+    detail = [
+        {
+            "code": b.code.value,
+            "level": b.level.value,
+            "name": b.name,
+            "flavor": b.flavor,
+            "resource": b.resource,
+            "requested": format_quantity(b.requested),
+            "available": format_quantity(b.available),
+        }
+        for b in dict.fromkeys(reason.blockers)
+    ]
+    if (row.reason_code, row.reason_message, row.reason_detail) == (
+        reason.code.value,
+        reason.message,
+        detail,
+    ):
         return
     # A reason is advice, not a decision: written only while the row is unchanged.
     await session.exec(
         update(WorkloadRow)
         .where(col(WorkloadRow.id) == row.id, col(WorkloadRow.version) == row.version)
-        .values(reason_code=reason.code.value, reason_message=reason.message[:2000])
+        .values(
+            reason_code=reason.code.value,
+            reason_message=reason.message[:2000],
+            reason_detail=detail,
+        )
     )

@@ -12,7 +12,15 @@ from msgspec import Meta
 from tenants.models import WorkloadRow
 from tenants.services.workloads import PodSetRequest, WorkloadSubmission
 
-__all__ = ["PodSetIn", "Reason", "WorkloadIn", "WorkloadList", "WorkloadOut", "WorkloadState"]
+__all__ = [
+    "Blocking",
+    "PodSetIn",
+    "Reason",
+    "WorkloadIn",
+    "WorkloadList",
+    "WorkloadOut",
+    "WorkloadState",
+]
 
 Name = Annotated[str, Meta(pattern=r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$", max_length=63)]
 ResourceName = Annotated[
@@ -76,9 +84,22 @@ class WorkloadIn(_In):
         )
 
 
+class Blocking(msgspec.Struct):
+    """What refuses the request: a cluster queue or cohort, for a flavor and resource."""
+
+    code: str
+    level: str  # ClusterQueue | Cohort
+    name: str
+    resource: str
+    flavor: str | None
+    requested: str
+    available: str
+
+
 class Reason(msgspec.Struct):
     code: str
     message: str
+    blocking: list[Blocking] = []
 
 
 class WorkloadOut(msgspec.Struct):
@@ -104,7 +125,8 @@ class WorkloadOut(msgspec.Struct):
     def of(cls, row: WorkloadRow) -> WorkloadOut:
         reason = None
         if row.reason_code is not None:
-            reason = Reason(row.reason_code, row.reason_message or "")
+            blocking = [msgspec.convert(b, Blocking) for b in row.reason_detail or []]
+            reason = Reason(row.reason_code, row.reason_message or "", blocking)
         return cls(
             id=row.id,
             name=row.name,

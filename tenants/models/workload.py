@@ -27,6 +27,8 @@ class WorkloadRow(SQLModel, table=True):
     state: str = Field(default="pending", index=True, max_length=20)
     reason_code: str | None = Field(default=None, max_length=64)
     reason_message: str | None = Field(default=None, max_length=2000)
+    # What blocks it, as data: [{level, name, flavor, resource, requested, available}]
+    reason_detail: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     admission: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     idempotency_key: str | None = Field(default=None, max_length=255)
     request_hash: str | None = Field(default=None, max_length=64)  # what the key was used for

@@ -100,6 +100,17 @@ async def test_a_pass_admits_within_quota_and_explains_the_rest(database: Databa
     # within nominal, so preemption was tried; nothing of lower priority to evict
     assert waiting.reason_code == "NoPreemptionCandidates"
     assert "requests 1 nvidia.com/gpu in flavor h100" in (waiting.reason_message or "")
+    assert waiting.reason_detail == [
+        {
+            "code": "InsufficientQuota",
+            "level": "Cohort",
+            "name": "org",
+            "flavor": "h100",
+            "resource": "nvidia.com/gpu",
+            "requested": "1",
+            "available": "0",
+        }
+    ]
     again = await AdmissionLoop(database).run_pass()
     assert not again.changed  # nothing admitted twice
 

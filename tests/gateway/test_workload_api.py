@@ -207,3 +207,31 @@ def test_policy_denials_reach_the_caller_with_reasons(client: TestClient[Any]) -
     assert error["code"] == "policy_denied" and "slurm" in error["message"]
     admin_submit = client.post("/api/v1/workloads", json=workload(), headers=bearer(ADMIN_KEY))
     assert admin_submit.status_code == 403  # nobody spends another tenant's quota
+
+
+def test_a_waiting_workload_names_what_blocks_it(client: TestClient[Any]) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    too_big = workload(
+        pod_sets=[{"name": "workers", "count": 5, "requests": {"nvidia.com/gpu": 1}}]
+    )
+    wid = client.post("/api/v1/workloads", json=too_big, headers=alpha).json()["id"]
+    deadline = time.monotonic() + 20
+    reason: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        reason = client.get(f"/api/v1/workloads/{wid}", headers=alpha).json()["reason"]
+        if reason["code"] != "Queued":
+            break
+        time.sleep(0.1)
+    assert reason["code"] == "ExceedsMaxQuota", reason
+    assert reason["blocking"] == [
+        {
+            "code": "ExceedsMaxQuota",
+            "level": "ClusterQueue",
+            "name": "team-a",
+            "resource": "nvidia.com/gpu",
+            "flavor": "h100",
+            "requested": "5",
+            "available": "4",
+        }
+    ]
+    assert "more than cluster queue team-a can ever provide" in reason["message"]
