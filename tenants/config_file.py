@@ -5,25 +5,34 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
+from msgspec import Meta
 
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, decode, to_quota_config
 from quota.errors import ConfigError
 from quota.model import QuotaConfig
 
-__all__ = ["IgnaraConfig", "TenantDoc", "load_config_file", "parse_config"]
+__all__ = ["IgnaraConfig", "LimitsDoc", "TenantDoc", "load_config_file", "parse_config"]
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class LimitsDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    max_pods_per_workload: Annotated[int, Meta(ge=1)] | None = None
+    max_gpus_per_workload: Annotated[int, Meta(ge=0)] | None = None
+    max_runtime_seconds: Annotated[int, Meta(ge=1)] | None = None
 
 
 class TenantDoc(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     queues: list[str] = []
     display_name: str = ""
+    backends: list[str] | None = None  # None: every configured backend
+    limits: LimitsDoc | None = None
 
 
 class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):

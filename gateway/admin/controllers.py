@@ -21,7 +21,7 @@ from gateway.services import Services
 from tenants import Database, parse_config
 from tenants.models import Tenant
 from tenants.models._base import utcnow
-from tenants.services import apply_config
+from tenants.services import apply_config, export_config
 from tenants.services.api_keys import add_api_key, list_api_keys, revoke_api_key
 
 __all__ = ["AdminController"]
@@ -79,6 +79,17 @@ class AdminController(Controller):
         if report.changed:
             await services.reload_policy()  # tenants and queues are policy data
         return ApplyOut(report.created, report.updated, report.deleted)
+
+    @get("/config", operation_id="GetConfig", summary="The current config, as a file says it.")
+    async def read_config(
+        self,
+        request: Request[Identity, Any, Any],
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
+    ) -> dict[str, Any]:
+        await authorize(policy, request.user, "admin.config.read")
+        async with database.session() as session:
+            return await export_config(session)
 
     @get("/tenants", operation_id="ListTenants")
     async def tenants(

@@ -40,10 +40,12 @@ async def policy_data(session: AsyncSession, backends: Iterable[str]) -> dict[st
                 for flavor in group["flavors"]
             }
         )
+        allowed = set(backends) if tenant.backends is None else set(tenant.backends) & set(backends)
         tenants[tenant.name] = {
             "suspended": False,
             "queues": sorted(tenant.queues),
             "flavors": flavors,
-            "backends": sorted(backends),
+            "backends": sorted(allowed),
+            "limits": dict(tenant.limits),
         }
     return {"ignara": {"tenants": tenants}}

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import JSON
 from sqlmodel import Field, SQLModel
 
 from tenants.models._base import json_field, timestamp_field
@@ -17,5 +18,10 @@ class Tenant(SQLModel, table=True):
     name: str = Field(primary_key=True, max_length=63)
     display_name: str = Field(default="", max_length=200)
     queues: list[str] = json_field(list)  # cluster queues it may submit to
+    # Backends its workloads may run on (None: every configured backend).
+    backends: list[str] | None = Field(default=None, sa_type=JSON)
+    # Caps the admission policy applies: max_pods_per_workload, max_gpus_per_workload,
+    # max_runtime_seconds (absent: no cap).
+    limits: dict[str, int] = json_field(dict)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

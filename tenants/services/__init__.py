@@ -1,5 +1,17 @@
 """Services that change tenant and quota state; each owns its rules, none speaks HTTP."""
 
-from tenants.services.config import HOLDING_STATES, ApplyReport, apply_config, load_quota_config
+from tenants.services.config import (
+    HOLDING_STATES,
+    ApplyReport,
+    apply_config,
+    export_config,
+    load_quota_config,
+)
 
-__all__ = ["HOLDING_STATES", "ApplyReport", "apply_config", "load_quota_config"]
+__all__ = [
+    "HOLDING_STATES",
+    "ApplyReport",
+    "apply_config",
+    "export_config",
+    "load_quota_config",
+]

@@ -23,7 +23,7 @@ from tenants.errors import ConflictError
 from tenants.models import AuditEntry, ClusterQueueRow, CohortRow, FlavorRow, Tenant, WorkloadRow
 from tenants.models._base import utcnow
 
-__all__ = ["HOLDING_STATES", "ApplyReport", "apply_config", "load_quota_config"]
+__all__ = ["HOLDING_STATES", "ApplyReport", "apply_config", "export_config", "load_quota_config"]
 
 # Workload states in which a workload holds quota in its queue.
 HOLDING_STATES = ("admitted", "running")
@@ -90,6 +90,28 @@ async def load_quota_config(session: AsyncSession) -> QuotaConfig:
         fair_sharing=bool(setting and setting.spec.get("fair_sharing")),
     )
     return to_quota_config(document)
+
+
+async def export_config(session: AsyncSession) -> dict[str, Any]:
+    """The configuration as stored, in the shape of ``ignara.yaml`` (applying it
+    back changes nothing)."""
+    flavors = (await session.exec(select(FlavorRow).order_by(col(FlavorRow.position)))).all()
+    cohorts = (await session.exec(select(CohortRow).order_by(col(CohortRow.position)))).all()
+    queues = (
+        await session.exec(select(ClusterQueueRow).order_by(col(ClusterQueueRow.position)))
+    ).all()
+    tenants = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    return {
+        "flavors": [f.name for f in flavors],
+        "cohorts": [c.spec for c in cohorts if c.name != _SETTINGS_ROW],
+        "cluster_queues": [q.spec for q in queues],
+        "fair_sharing": bool(setting and setting.spec.get("fair_sharing")),
+        "tenants": [
+            {"name": t.name, **{k: v for k, v in _tenant_spec(t).items() if v not in (None, {})}}
+            for t in tenants
+        ],
+    }
 
 
 # Global quota settings ride in a reserved cohort row ("." is not a valid name).
@@ -168,20 +190,36 @@ async def _sync_tenants(
 ) -> None:
     existing = {t.name: t for t in (await session.exec(select(Tenant))).all()}
     for doc in config.tenants:
-        spec = {"display_name": doc.display_name, "queues": list(doc.queues)}
+        limits = msgspec.to_builtins(doc.limits) if doc.limits is not None else {}
+        spec: dict[str, Any] = {
+            "display_name": doc.display_name,
+            "queues": list(doc.queues),
+            "backends": doc.backends,
+            "limits": limits,
+        }
         tenant = existing.pop(doc.name, None)
         if tenant is None:
-            session.add(Tenant(name=doc.name, display_name=doc.display_name, queues=doc.queues))
+            session.add(Tenant(name=doc.name, **spec))
             _audit(session, actor, "create", "tenant", doc.name, spec, tenant=doc.name)
             report.created.append(f"tenant {doc.name}")
-        elif tenant.display_name != doc.display_name or tenant.queues != doc.queues:
-            tenant.display_name, tenant.queues = doc.display_name, list(doc.queues)
+        elif _tenant_spec(tenant) != spec:
+            for field_name, value in spec.items():
+                setattr(tenant, field_name, value)
             tenant.updated_at = utcnow()
             session.add(tenant)
             _audit(session, actor, "update", "tenant", doc.name, spec, tenant=doc.name)
             report.updated.append(f"tenant {doc.name}")
     # Tenants left out of the file are kept: their keys and history outlive a config
     # edit; an admin removes a tenant explicitly.
+
+
+def _tenant_spec(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "display_name": tenant.display_name,
+        "queues": list(tenant.queues),
+        "backends": tenant.backends,
+        "limits": dict(tenant.limits),
+    }
 
 
 async def _refuse_removing_busy_queues(session: AsyncSession, kept: set[str]) -> None:

@@ -34,7 +34,10 @@ CONFIG = {
         }
         for q in ("team-a", "team-b")
     ],
-    "tenants": [{"name": "alpha", "queues": ["team-a"]}, {"name": "beta", "queues": ["team-b"]}],
+    "tenants": [
+        {"name": "alpha", "queues": ["team-a"]},
+        {"name": "beta", "queues": ["team-b"], "limits": {"max_pods_per_workload": 2}},
+    ],
 }
 
 
@@ -235,3 +238,23 @@ def test_a_waiting_workload_names_what_blocks_it(client: TestClient[Any]) -> Non
         }
     ]
     assert "more than cluster queue team-a can ever provide" in reason["message"]
+
+
+def test_tenant_limits_from_the_config_are_enforced(client: TestClient[Any]) -> None:
+    beta = bearer(key_for(client, "beta"))
+    gang = workload(
+        queue="team-b", pod_sets=[{"name": "w", "count": 3, "requests": {"nvidia.com/gpu": 1}}]
+    )
+    refused = client.post("/api/v1/workloads", json=gang, headers=beta)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "policy_denied"
+    assert "3" in refused.json()["error"]["message"]
+
+
+def test_the_config_reads_back_as_applied(client: TestClient[Any]) -> None:
+    admin = bearer(ADMIN_KEY)
+    stored = client.get("/api/v1/admin/config", headers=admin).json()
+    assert [q["name"] for q in stored["cluster_queues"]] == ["team-a", "team-b"]
+    assert stored["tenants"][1]["limits"] == {"max_pods_per_workload": 2}
+    again = client.post("/api/v1/admin/config", json=stored, headers=admin).json()
+    assert again == {"created": [], "updated": [], "deleted": []}
