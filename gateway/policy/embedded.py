@@ -10,7 +10,8 @@ from typing import Protocol, TypeVar
 
 from gateway.policy.checks import decision_ref, json_input
 from gateway.policy.decision import Decision, FailureKind
-from gateway.policy.errors import EvaluationError, PolicyLoadError, UndefinedDocumentError
+from gateway.policy.errors import PolicyLoadError
+from gateway.policy.failclosed import decide_fail_closed
 from gateway.policy.golib import GolibEvaluator
 from gateway.policy.rego_tests import RegoTestResult, discover_tests, run_rego_tests
 
@@ -77,24 +78,9 @@ class EmbeddedOpa:
         evaluator = self._evaluator
         if evaluator is None:
             return Decision.fail_closed(FailureKind.NOT_LOADED, "no policies are loaded")
-        try:
-            async with asyncio.timeout(self._timeout):
-                value = await self._run(evaluator.evaluate, ref, document)
-        except TimeoutError:
-            _log.warning("policy decision %s timed out after %ss", ref, self._timeout)
-            return Decision.fail_closed(
-                FailureKind.TIMEOUT, f"policy decision {ref} took longer than {self._timeout:g}s"
-            )
-        except UndefinedDocumentError:
-            return Decision.fail_closed(
-                FailureKind.UNDEFINED, f"policy decision {ref} is undefined"
-            )
-        except EvaluationError as exc:
-            _log.warning("policy decision %s failed: %s", ref, exc)
-            return Decision.fail_closed(
-                FailureKind.ERROR, f"policy decision {ref} failed to evaluate ({exc.code})"
-            )
-        return Decision.from_result(value, ref)
+        return await decide_fail_closed(
+            ref, self._run(evaluator.evaluate, ref, document), self._timeout, "embedded OPA"
+        )
 
     async def run_tests(self, tests: Mapping[str, str]) -> list[RegoTestResult]:
         modules = {**self._policies, **tests}

@@ -19,6 +19,7 @@ import aiohttp
 from gateway.policy.checks import decision_ref, json_input
 from gateway.policy.decision import Decision, FailureKind
 from gateway.policy.errors import EvaluationError, PolicyLoadError, UndefinedDocumentError
+from gateway.policy.failclosed import decide_fail_closed
 from gateway.policy.rego_tests import RegoTestResult, discover_tests, run_rego_tests
 
 __all__ = ["OpaServer"]
@@ -133,26 +134,9 @@ class OpaServer:
         client = self._client
         if client is None or not self._loaded:
             return Decision.fail_closed(FailureKind.NOT_LOADED, "no policies are loaded")
-        try:
-            async with asyncio.timeout(self._timeout):
-                value = await self._query(client, ref, document)
-        except TimeoutError:
-            _log.warning("OPA server decision %s timed out after %ss", ref, self._timeout)
-            return Decision.fail_closed(
-                FailureKind.TIMEOUT, f"policy decision {ref} took longer than {self._timeout:g}s"
-            )
-        except UndefinedDocumentError:
-            return Decision.fail_closed(
-                FailureKind.UNDEFINED, f"policy decision {ref} is undefined"
-            )
-        except EvaluationError as exc:
-            _log.warning("OPA server decision %s failed: %s", ref, exc)
-            if exc.code == "unreachable":
-                failure, verb = FailureKind.UNAVAILABLE, "could not be asked"
-            else:
-                failure, verb = FailureKind.ERROR, "failed to evaluate"
-            return Decision.fail_closed(failure, f"policy decision {ref} {verb} ({exc.code})")
-        return Decision.from_result(value, ref)
+        return await decide_fail_closed(
+            ref, self._query(client, ref, document), self._timeout, "OPA server"
+        )
 
     async def run_tests(self, tests: Mapping[str, str]) -> list[RegoTestResult]:
         client = await self._connect()
