@@ -15,7 +15,8 @@ Rules (in order):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -110,17 +111,8 @@ class ChunkStream:
         response = self._response
         if response is None:
             raise StopAsyncIteration
-        try:
+        with _reading(self._abort, "stream", "mid-response"):
             chunk = await response.content.readany()
-        except TimeoutError as exc:
-            self._abort()
-            raise UpstreamTimeout("upstream stream exceeded the total timeout") from exc
-        except aiohttp.ClientError as exc:
-            self._abort()
-            raise UpstreamStreamBroken("upstream closed the stream mid-response") from exc
-        except asyncio.CancelledError:
-            self._abort()
-            raise
         if not chunk:
             self._response = None
             response.release()
@@ -342,17 +334,8 @@ async def _started(endpoint: Endpoint, response: aiohttp.ClientResponse) -> Upst
     }
     if response.content_type == "text/event-stream":
         return UpstreamResponse(response.status, headers, endpoint, chunks=ChunkStream(response))
-    try:
+    with _reading(response.close, "response", "mid-body"):
         body = await response.read()
-    except TimeoutError as exc:
-        response.close()
-        raise UpstreamTimeout("upstream body exceeded the total timeout") from exc
-    except aiohttp.ClientError as exc:
-        response.close()
-        raise UpstreamStreamBroken("upstream closed the response mid-body") from exc
-    except asyncio.CancelledError:
-        response.close()
-        raise
     return UpstreamResponse(response.status, headers, endpoint, body=body)
 
 
@@ -368,3 +351,19 @@ def _auth_headers(base: dict[str, str], endpoint: Endpoint) -> dict[str, str]:
     if endpoint.api_key is None:
         return base
     return {**base, "Authorization": f"Bearer {endpoint.api_key}"}
+
+
+@contextmanager
+def _reading(close: Callable[[], None], what: str, where: str) -> Iterator[None]:
+    """Reading a started response: any failure closes it and has one meaning."""
+    try:
+        yield
+    except TimeoutError as exc:
+        close()
+        raise UpstreamTimeout(f"upstream {what} exceeded the total timeout") from exc
+    except aiohttp.ClientError as exc:
+        close()
+        raise UpstreamStreamBroken(f"upstream closed the {what} {where}") from exc
+    except asyncio.CancelledError:
+        close()
+        raise
