@@ -51,6 +51,7 @@ class Database:
         self.url = url
         self._engine: AsyncEngine | None = None
         self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self._snapshots: async_sessionmaker[AsyncSession] | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -59,14 +60,32 @@ class Database:
             self._sessions = async_sessionmaker(
                 self._engine, class_=AsyncSession, expire_on_commit=False
             )
+            # Reads that must agree with each other (several tables, one moment).
+            level = (
+                "REPEATABLE READ" if self._engine.dialect.name == "postgresql" else "SERIALIZABLE"
+            )
+            self._snapshots = async_sessionmaker(
+                self._engine.execution_options(isolation_level=level),
+                class_=AsyncSession,
+                expire_on_commit=False,
+            )
         return self._engine
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
         """A session whose transaction commits on success and rolls back on error."""
-        self.engine  # noqa: B018 - makes the session factory
+        self.engine  # noqa: B018 - makes the session factories
         assert self._sessions is not None
         async with self._sessions() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncSession]:
+        """A read transaction that sees the database at one moment: a change that
+        commits meanwhile is either wholly seen or not at all."""
+        self.engine  # noqa: B018 - makes the session factories
+        assert self._snapshots is not None
+        async with self._snapshots() as session, session.begin():
             yield session
 
     async def migrate(self) -> None:

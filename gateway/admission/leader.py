@@ -4,12 +4,14 @@ SQLite file an exclusive lock on a file beside it."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tenants import Database
@@ -57,7 +59,7 @@ class LeaderLock:
             return False
         try:
             await self._connection.execute(text("SELECT 1"))
-        except OSError:
+        except (SQLAlchemyError, OSError):
             await self.release()
             return False
         return True
@@ -65,11 +67,13 @@ class LeaderLock:
     async def release(self) -> None:
         if self._connection is not None:
             connection, self._connection = self._connection, None
-            try:
+            # The lock lives and dies with this connection: if unlocking fails the
+            # connection is broken, and closing it (or its loss) frees the lock.
+            with contextlib.suppress(SQLAlchemyError, OSError):
                 await connection.execute(
                     text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY}
                 )
-            finally:
+            with contextlib.suppress(SQLAlchemyError, OSError):
                 await connection.close()
         if self._file is not None:
             fd, self._file = self._file, None

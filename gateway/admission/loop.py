@@ -53,8 +53,9 @@ class AdmissionLoop:
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
-        # 1. Read.
-        async with self.database.session() as session:
+        # 1. Read, as of one moment (a config change committing meanwhile is wholly
+        #    seen or not at all).
+        async with self.database.snapshot() as session:
             config = await load_quota_config(session)
             rows = (
                 await session.exec(

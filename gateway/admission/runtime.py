@@ -44,8 +44,13 @@ class AdmissionRuntime:
         while True:
             try:
                 await self.step()
-            except (OSError, ConnectionError) as err:  # the database went away: retry
-                log.warning("admission round failed: %s", err)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the top of a background task: log, never die
+                # A round that fails for any reason must not end admission for good (the
+                # lock would stay held by a process that no longer admits): say why, give
+                # the lock up so any replica may lead, and try again.
+                log.exception("admission round failed; releasing leadership and retrying")
                 await self.lock.release()
             await asyncio.sleep(self.interval)
 

@@ -149,7 +149,7 @@ async def test_a_cancel_racing_the_pass_rolls_the_pass_back(database: Database) 
     def racing_session() -> Any:
         nonlocal calls
         calls += 1
-        if calls == 2:  # between the read and the write, the tenant cancels
+        if calls == 1:  # the write, after the snapshot read: the tenant cancels first
 
             async def cancel() -> None:
                 async with original() as session:

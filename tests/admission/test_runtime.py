@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlmodel import select
@@ -139,3 +140,26 @@ async def test_preemption_stops_the_victim_and_runs_the_urgent_gang(
     assert again.attempt == 2 and again.job_id == f"{low}-2"
     first_run = await runtime.dispatcher.backends["local"].status(f"{low}-1")
     assert first_run.state.value == "cancelled"  # the preempted process was stopped
+
+
+async def test_a_failing_round_does_not_end_admission(
+    runtime: AdmissionRuntime, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = runtime.loop.run_pass
+    calls = 0
+
+    async def flaky() -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a round that breaks")
+        return await original()
+
+    monkeypatch.setattr(runtime.loop, "run_pass", flaky)
+    wid = await submit(database, job("after-the-failure", "pass"))
+    await runtime.start()
+    for _ in range(200):  # 10 s at most
+        if (await row(database, wid)).state == "succeeded":
+            break
+        await asyncio.sleep(0.05)
+    assert calls > 1 and (await row(database, wid)).state == "succeeded"
