@@ -60,7 +60,7 @@ class Services:
 
     async def reload_policy(self) -> None:
         """Load the policies with data as the database now says (after any change)."""
-        async with self.database.session() as session:
+        async with self.database.snapshot() as session:
             version = await config_version(session)
             data = await policy_data(session, self.backends)
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
@@ -75,8 +75,10 @@ class Services:
                     version = await config_version(session)
                 if version != self.config_version:
                     await self.reload_policy()
-            except (OSError, ConnectionError) as err:
-                log.warning("cannot check the config version: %s", err)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the top of a background task: log, never die
+                log.exception("cannot reload the policy data; retrying")
 
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
