@@ -26,7 +26,7 @@ from quota.cache import ClusterState
 from quota.model import QuotaConfig
 from quota.reasons import blocker_for
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, add_usage, queue_available, remove_usage
+from quota.tree import ResourceNode, add_usage, path_to_root, queue_available, remove_usage
 
 __all__ = [
     "BUDGET_RESOURCES",
@@ -77,8 +77,8 @@ class Reservation:
     flavor: str
     amounts: dict[str, int]
     expires: dict[str, float]
-    # (node name, is_queue, resource) -> amount charged to that node
-    charges: dict[tuple[str, bool, str], int] = field(default_factory=dict)
+    # (depth on the queue's path to the root, resource) -> amount charged to that node
+    charges: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 class InProcessLedger:
@@ -138,14 +138,14 @@ class InProcessLedger:
         self, reservation: Reservation, queue: ResourceNode, fr: FlavorResource, amount: int
     ) -> None:
         """Charge (or with a negative amount refund) and remember what each node got."""
-        before = _usages(queue, fr)
+        path = path_to_root(queue)
+        before = [node.usage.get(fr, 0) for node in path]
         if amount >= 0:
             add_usage(queue, fr, amount)
         else:
             remove_usage(queue, fr, -amount)
-        for (name, is_queue), old in before.items():
-            node = _find(queue, name, is_queue)
-            key = (name, is_queue, fr.resource)
+        for depth, (node, old) in enumerate(zip(path, before, strict=True)):
+            key = (depth, fr.resource)
             reservation.charges[key] = reservation.charges.get(key, 0) + node.usage.get(fr, 0) - old
 
     def _expire(self, now: float) -> None:
@@ -155,12 +155,10 @@ class InProcessLedger:
             if reservation is None:
                 continue
             fr = FlavorResource(reservation.flavor, resource)
-            queue = self.state.queues[reservation.queue]
-            node: ResourceNode | None = queue
-            while node is not None:  # take back exactly what was charged to each node
-                key = (node.name, node is queue, resource)
-                node.usage[fr] = node.usage.get(fr, 0) - reservation.charges.pop(key, 0)
-                node = node.parent
+            # Take back exactly what was charged to each node.
+            for depth, node in enumerate(path_to_root(self.state.queues[reservation.queue])):
+                charged = reservation.charges.pop((depth, resource), 0)
+                node.usage[fr] = node.usage.get(fr, 0) - charged
             del reservation.expires[resource]
             if not reservation.expires:
                 del self._live[reservation_id]
@@ -190,22 +188,3 @@ class InProcessLedger:
             if freed >= short:
                 return max(0.0, when - now)
         return max(0.0, period_end(fr.resource, now) - now)
-
-
-def _usages(queue: ResourceNode, fr: FlavorResource) -> dict[tuple[str, bool], int]:
-    out = {}
-    node: ResourceNode | None = queue
-    while node is not None:
-        out[(node.name, node is queue)] = node.usage.get(fr, 0)
-        node = node.parent
-    return out
-
-
-def _find(queue: ResourceNode, name: str, is_queue: bool) -> ResourceNode:
-    if is_queue:
-        return queue
-    node = queue.parent
-    while node is not None and node.name != name:
-        node = node.parent
-    assert node is not None
-    return node

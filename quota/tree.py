@@ -23,6 +23,7 @@ __all__ = [
     "add_usage",
     "available",
     "local_available",
+    "path_to_root",
     "potential_available",
     "queue_available",
     "remove_usage",
@@ -73,6 +74,16 @@ class ResourceNode:
             limit = self.quota(fr).lending_limit
             if limit is not None:
                 self.guaranteed[fr] = max(0, amount - limit)
+
+
+def path_to_root(node: ResourceNode) -> list[ResourceNode]:
+    """The node, its parent, and so on up to the root."""
+    path = [node]
+    parent = node.parent
+    while parent is not None:
+        path.append(parent)
+        parent = parent.parent
+    return path
 
 
 def local_available(node: ResourceNode, fr: FlavorResource) -> int:

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, update
+from sqlalchemy import and_, or_
 from sqlmodel import col, select
 
 from gateway.backends import Backend, BackendError, InvalidJobError, JobSpec, JobState
 from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
+from tenants.services.workloads import update_if_unchanged
 
 __all__ = ["DispatchResult", "Dispatcher"]
 
@@ -135,8 +136,4 @@ class Dispatcher:
     async def _guarded(self, row: WorkloadRow, **values: Any) -> None:
         """Write only if the row is as read; a lost race is retried next pass."""
         async with self.database.session() as session:
-            await session.exec(
-                update(WorkloadRow)
-                .where(col(WorkloadRow.id) == row.id, col(WorkloadRow.version) == row.version)
-                .values(version=row.version + 1, updated_at=utcnow(), **values)
-            )
+            await update_if_unchanged(session, row, **values)

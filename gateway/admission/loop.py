@@ -27,7 +27,11 @@ from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
 from tenants.services import HOLDING_STATES, load_quota_config
-from tenants.services.workloads import admission_from_row, workload_from_row
+from tenants.services.workloads import (
+    admission_from_row,
+    update_if_unchanged,
+    workload_from_row,
+)
 
 __all__ = ["AdmissionLoop", "PassResult", "StaleDecisionError"]
 
@@ -106,17 +110,7 @@ def _load(engine: QuotaEngine, rows: Any) -> set[str]:
 async def _guarded(
     session: AsyncSession, row: WorkloadRow, expected_state: str, **values: Any
 ) -> None:
-    """Update ``row`` only if nobody changed it since it was read."""
-    result = await session.exec(
-        update(WorkloadRow)
-        .where(
-            col(WorkloadRow.id) == row.id,
-            col(WorkloadRow.version) == row.version,
-            col(WorkloadRow.state) == expected_state,
-        )
-        .values(version=row.version + 1, updated_at=utcnow(), **values)
-    )
-    if result.rowcount != 1:
+    if not await update_if_unchanged(session, row, expected_state=expected_state, **values):
         raise StaleDecisionError(f"workload {row.id} changed while the loop decided")
 
 

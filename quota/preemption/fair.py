@@ -31,7 +31,7 @@ from quota.preemption.common import (
     simulate_removal,
     workload_fits,
 )
-from quota.tree import ResourceNode
+from quota.tree import ResourceNode, path_to_root
 
 __all__ = ["fair_targets"]
 
@@ -163,22 +163,13 @@ def _second_pass(
     return False
 
 
-def _path(node: ResourceNode) -> list[ResourceNode]:
-    path = [node]
-    while path[-1].parent is not None:
-        parent = path[-1].parent
-        assert parent is not None
-        path.append(parent)
-    return path
-
-
 def _almost_lcas(
     preemptor: ClusterQueueNode, target: ClusterQueueNode
 ) -> tuple[ResourceNode, ResourceNode]:
     """The children of the lowest common ancestor on each queue's path."""
-    preemptor_path = _path(preemptor)
+    preemptor_path = path_to_root(preemptor)
     index = {id(node): i for i, node in enumerate(preemptor_path)}
-    target_path = _path(target)
+    target_path = path_to_root(target)
     for i in range(1, len(target_path)):
         j = index.get(id(target_path[i]))
         if j is not None:
@@ -215,7 +206,7 @@ class _TargetOrdering:
         self.targets: dict[str, deque[AdmittedWorkload]] = {}
         for record in candidates:
             self.targets.setdefault(record.admission.cluster_queue, deque()).append(record)
-        self.ancestors = {id(node) for node in _path(preemptor)[1:]}
+        self.ancestors = {id(node) for node in path_to_root(preemptor)[1:]}
         self.pruned_queues: set[str] = set()
         self.pruned_cohorts: set[str] = set()
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -29,6 +30,7 @@ __all__ = [
     "get_workload",
     "list_workloads",
     "submit_workload",
+    "update_if_unchanged",
     "workload_from_row",
 ]
 
@@ -208,6 +210,22 @@ async def cancel_workload(
         )
     )
     return row
+
+
+async def update_if_unchanged(
+    session: AsyncSession, row: WorkloadRow, *, expected_state: str | None = None, **values: Any
+) -> bool:
+    """Write ``values`` (and bump the version) only if nobody changed ``row`` since it
+    was read, and it is still in ``expected_state`` if one is given."""
+    condition = (col(WorkloadRow.id) == row.id) & (col(WorkloadRow.version) == row.version)
+    if expected_state is not None:
+        condition = condition & (col(WorkloadRow.state) == expected_state)
+    result = await session.exec(
+        update(WorkloadRow)
+        .where(condition)
+        .values(version=row.version + 1, updated_at=utcnow(), **values)
+    )
+    return bool(result.rowcount == 1)
 
 
 def workload_from_row(row: WorkloadRow) -> Workload:
