@@ -11,8 +11,10 @@ from gateway.admin import AdminController
 from gateway.auth import auth_middleware
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
+from gateway.inference.controllers import InferenceController
 from gateway.services import Services
 from gateway.settings import Settings
+from gateway.usage import UsageController
 from gateway.workloads import WorkloadController
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
@@ -23,7 +25,13 @@ MAX_BODY_BYTES = 1024 * 1024
 def create_app(settings: Settings | None = None) -> Litestar:
     services = Services.build(settings or Settings.from_env())
     return Litestar(
-        route_handlers=[HealthController, WorkloadController, AdminController],
+        route_handlers=[
+            HealthController,
+            WorkloadController,
+            AdminController,
+            UsageController,
+            InferenceController,
+        ],
         dependencies={
             "database": Provide(lambda: services.database, sync_to_thread=False),
             "backends": Provide(lambda: services.backends, sync_to_thread=False),

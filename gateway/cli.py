@@ -38,6 +38,7 @@ def serve(host: str | None, port: int | None, config_file: str | None) -> None:
         host=host or settings.server.host,
         port=port or settings.server.port,
         log_level=settings.server.log_level,
+        access_log=settings.server.access_log,
     )
 
 

@@ -1,5 +1,6 @@
-"""Every error leaves as JSON ``{"error": {"code", "message"}}`` with a stable code;
-never a stack trace."""
+"""Every error leaves as JSON ``{"error": {"code", "message", "type"}}`` with a stable
+code; never a stack trace. ``type`` is OpenAI's error category, so OpenAI clients
+pointed at the ``/v1`` routes read every error the same way."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from quota.errors import QuotaError
 from quota.resources import QuantityError
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
 
-__all__ = ["ApiError", "error_response", "exception_handlers"]
+__all__ = ["ApiError", "error_body", "error_response", "error_type", "exception_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,32 @@ class ApiError(HTTPException):
         self.code = code
 
 
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    if status >= 500:
+        return "api_error"
+    return _TYPES.get(status, "invalid_request_error")
+
+
+def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type(status), "code": code}}
+
+
 def error_response(status: int, code: str, message: str) -> Response[dict[str, Any]]:
-    return Response({"error": {"code": code, "message": message}}, status_code=status)
+    return Response(error_body(status, code, message), status_code=status)
 
 
 _CODES = {

@@ -13,15 +13,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from litestar import Litestar
+from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
-from gateway.auth.store import SqlApiKeyStore
+from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
+from gateway.inference import HealthChecker, Timeouts, UpstreamClient
+from gateway.inference.catalog import Catalog, build_registry
+from gateway.inference.service import InferenceService
+from gateway.ledgers import create_ledger
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
+from gateway.usage import UsageRecorder
 from tenants import Database
+from tenants.models import Tenant
+from tenants.services.config import (
+    load_inference_settings,
+    load_models,
+    load_quota_config,
+)
 
 __all__ = ["Services", "load_pepper", "oidc_verifier"]
 
@@ -37,8 +49,13 @@ class Services:
     authenticator: Authenticator
     pepper: bytes
     policy: PolicyEngine
+    api_keys: CachedApiKeyStore
+    upstreams: UpstreamClient
+    recorder: UsageRecorder
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
+    inference: InferenceService | None = None
+    health: HealthChecker | None = None
     config_version: int | None = None
     _watcher: asyncio.Task[None] | None = None
 
@@ -46,8 +63,9 @@ class Services:
     def build(cls, settings: Settings) -> Services:
         database = Database(settings.database.url)
         pepper = load_pepper(settings)
+        api_keys = CachedApiKeyStore(SqlApiKeyStore(database))
         authenticator = Authenticator(
-            api_keys=SqlApiKeyStore(database),
+            api_keys=api_keys,
             pepper=pepper,
             oidc=oidc_verifier(settings),
             bootstrap_key=settings.auth.admin_key,
@@ -56,14 +74,57 @@ class Services:
         policy = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
-        return cls(settings, database, authenticator, pepper, policy, backends)
+        inference = settings.inference
+        upstreams = UpstreamClient(
+            timeouts=Timeouts(
+                connect=inference.connect_timeout,
+                first_byte=inference.first_byte_timeout,
+                total=inference.total_timeout,
+            )
+        )
+        return cls(
+            settings,
+            database,
+            authenticator,
+            pepper,
+            policy,
+            api_keys=api_keys,
+            upstreams=upstreams,
+            recorder=UsageRecorder(database),
+            backends=backends,
+        )
 
     async def reload_policy(self) -> None:
-        """Load the policies with data as the database now says (after any change)."""
+        """Load the policies, the quota ledger's tree and the inference catalog as the
+        database now says (after any change), from one consistent snapshot."""
         async with self.database.snapshot() as session:
             version = await config_version(session)
             data = await policy_data(session, self.backends)
+            quota = await load_quota_config(session)
+            models = await load_models(session)
+            inference = await load_inference_settings(session)
+            tenants = (await session.exec(select(Tenant))).all()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
+        registry = build_registry(models, self.settings.inference.key_env)
+        catalog = Catalog(
+            registry=registry,
+            tenant_queues={t.name: tuple(t.queues) for t in tenants},
+            settings=inference,
+        )
+        if self.inference is None:
+            ledger = create_ledger(self.settings.inference.redis_url, quota)
+            self.inference = InferenceService(
+                ledger=ledger,
+                client=self.upstreams,
+                policy=self.policy,
+                recorder=self.recorder,
+                catalog=catalog,
+            )
+        else:
+            await self.inference.ledger.update_config(quota)
+            self.inference.catalog = catalog
+        if self.health is not None:
+            self.health.registry = registry
         self.config_version = version
 
     async def watch_config(self, interval: float = 1.0) -> None:
@@ -84,6 +145,15 @@ class Services:
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
         await self.database.migrate()
         await self.reload_policy()
+        assert self.inference is not None  # built by the first reload
+        await self.upstreams.start()
+        await self.recorder.start()
+        self.health = HealthChecker(
+            self.inference.catalog.registry,
+            self.upstreams,
+            interval=self.settings.inference.health_interval,
+        )
+        await self.health.start()
         self._watcher = asyncio.create_task(self.watch_config(), name="ignara-config-watch")
         self.runtime = AdmissionRuntime(self.database, self.backends)
         await self.runtime.start()
@@ -93,7 +163,12 @@ class Services:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
+            await self.health.stop()
             await self.runtime.stop()
+            await self.inference.drain()
+            await self.recorder.stop()
+            await self.upstreams.close()
+            await self.inference.ledger.aclose()
             for backend in self.backends.values():
                 await backend.close()
             await self.authenticator.aclose()

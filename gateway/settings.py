@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -13,6 +13,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     log_level: str = "info"
+    # One log line per request (IGNARA_ACCESS_LOG=1). Off by default: on the inference
+    # hot path it costs more than the gateway's own work; usage records keep the account.
+    access_log: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,27 @@ class PolicySettings:
 
 
 @dataclass(frozen=True)
+class InferenceSettings:
+    # A Redis shared by every replica holds the token ledger (REDIS_URL); without
+    # one, each process keeps its own (right for a single gateway).
+    redis_url: str | None = None
+    connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
+    first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
+    total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
+    health_interval: float = 10.0  # IGNARA_HEALTH_INTERVAL: active endpoint checks
+    max_body_bytes: int = 8 * 1024 * 1024  # one /v1 request body
+    # Where upstream API keys are read (``api_key_env`` names a variable here).
+    key_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings
     database: DatabaseSettings
     auth: AuthSettings
     backends: BackendSettings
     policy: PolicySettings = PolicySettings()
+    inference: InferenceSettings = InferenceSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -68,6 +86,7 @@ class Settings:
                 host=env.get("IGNARA_HOST", ServerSettings.host),
                 port=int(env.get("IGNARA_PORT", ServerSettings.port)),
                 log_level=env.get("IGNARA_LOG_LEVEL", ServerSettings.log_level),
+                access_log=env.get("IGNARA_ACCESS_LOG", "0").lower() in ("1", "true", "yes"),
             ),
             database=DatabaseSettings(url=env.get("DATABASE_URL", DatabaseSettings.url)),
             auth=AuthSettings(
@@ -86,5 +105,21 @@ class Settings:
             policy=PolicySettings(
                 directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
                 opa_url=env.get("OPA_URL") or None,
+            ),
+            inference=InferenceSettings(
+                redis_url=env.get("REDIS_URL") or None,
+                connect_timeout=float(
+                    env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)
+                ),
+                first_byte_timeout=float(
+                    env.get("IGNARA_UPSTREAM_TIMEOUT", InferenceSettings.first_byte_timeout)
+                ),
+                total_timeout=float(
+                    env.get("IGNARA_UPSTREAM_TOTAL_TIMEOUT", InferenceSettings.total_timeout)
+                ),
+                health_interval=float(
+                    env.get("IGNARA_HEALTH_INTERVAL", InferenceSettings.health_interval)
+                ),
+                key_env=dict(env),
             ),
         )

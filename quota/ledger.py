@@ -31,6 +31,8 @@ from quota.tree import ResourceNode, add_usage, path_to_root, queue_available, r
 __all__ = [
     "BUDGET_RESOURCES",
     "RATE_RESOURCES",
+    "RATE_WINDOW_SECONDS",
+    "RETRY_WALK_LIMIT",
     "InProcessLedger",
     "Refusal",
     "Reservation",
@@ -40,6 +42,10 @@ __all__ = [
 RATE_WINDOW_SECONDS = 60.0
 RATE_RESOURCES = frozenset({"tokens-per-minute", "requests-per-minute"})
 BUDGET_RESOURCES = frozenset({"tokens-per-day", "tokens-per-month"})
+# A refusal's retry_after sums at most this many of the earliest reservations before
+# falling back to the window's end: the walk stays cheap when a window is crowded.
+# The Redis ledger walks the same number, so both give the same answers.
+RETRY_WALK_LIMIT = 1000
 
 
 def period_end(resource: str, now: float) -> float:
@@ -68,6 +74,9 @@ class Refusal:
     requested: int
     available: int
     retry_after: float  # seconds until enough of the window has passed
+    # per requested resource, as a grant would report them (for x-ratelimit-* headers)
+    remaining: dict[str, int] = field(default_factory=dict)
+    reset_after: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +97,8 @@ class InProcessLedger:
         self.state = ClusterState.build(config)
         self._ids = itertools.count(1)
         self._live: dict[int, Reservation] = {}
-        self._expiry: list[tuple[float, int, str]] = []  # heap of (when, reservation, resource)
+        # per flavor-resource, a heap of (when it expires, reservation id)
+        self._expiry: dict[FlavorResource, list[tuple[float, int]]] = {}
 
     def reserve(
         self, queue: str, flavor: str, amounts: Mapping[str, int], now: float
@@ -96,17 +106,17 @@ class InProcessLedger:
         """Reserve every amount at once, or none (the first resource that does not fit)."""
         self._expire(now)
         node = self.state.queues[queue]
+        free = {r: queue_available(node, FlavorResource(flavor, r)) for r in amounts}
         for resource, amount in amounts.items():
-            fr = FlavorResource(flavor, resource)
-            free = queue_available(node, fr)
-            if amount > free:
-                return self._refusal(node, fr, amount, free, now)
+            if amount > free[resource]:
+                return self._refusal(node, FlavorResource(flavor, resource), amount, free, now)
         reservation = Reservation(next(self._ids), queue, flavor, dict(amounts), {})
         for resource, amount in amounts.items():
-            self._charge(reservation, node, FlavorResource(flavor, resource), amount)
+            fr = FlavorResource(flavor, resource)
+            self._charge(reservation, node, fr, amount)
             expires = period_end(resource, now)
             reservation.expires[resource] = expires
-            heapq.heappush(self._expiry, (expires, reservation.id, resource))
+            heapq.heappush(self._expiry.setdefault(fr, []), (expires, reservation.id))
         self._live[reservation.id] = reservation
         return reservation
 
@@ -118,6 +128,9 @@ class InProcessLedger:
             return  # its window passed already: nothing left to correct
         node = self.state.queues[reservation.queue]
         for resource, estimate in reservation.amounts.items():
+            if resource not in reservation.expires:
+                # Expired already: its charges were taken back, a correction would stay forever.
+                continue
             used = actual.get(resource, estimate)
             fr = FlavorResource(reservation.flavor, resource)
             if used != estimate:
@@ -128,9 +141,47 @@ class InProcessLedger:
         self._expire(now)
         return self.state.queues[queue].usage.get(FlavorResource(flavor, resource), 0)
 
+    def cohort_usage(self, cohort: str, flavor: str, resource: str, now: float) -> int:
+        """What the cohort's subtree takes from the pool above its guaranteed parts."""
+        self._expire(now)
+        return self.state.cohorts[cohort].usage.get(FlavorResource(flavor, resource), 0)
+
     def available(self, queue: str, flavor: str, resource: str, now: float) -> int:
         self._expire(now)
         return queue_available(self.state.queues[queue], FlavorResource(flavor, resource))
+
+    def reset_after(self, flavor: str, resource: str, now: float) -> float:
+        """Seconds until what is available of ``resource`` next grows: for a rate, until
+        the earliest live reservation of it expires (0 if none is live); for a budget,
+        until the period ends."""
+        self._expire(now)
+        if resource not in RATE_RESOURCES:
+            return max(0.0, period_end(resource, now) - now)
+        earliest = self._earliest(FlavorResource(flavor, resource))
+        return 0.0 if earliest is None else max(0.0, earliest - now)
+
+    def rebuild(self, config: QuotaConfig, now: float) -> None:
+        """Adopt a new quota configuration without forgetting what is live.
+
+        What expired by ``now`` goes first (so it takes no guaranteed quota from
+        the rest); then the tree is built afresh and every live reservation's
+        current amounts are charged into it again, oldest first, recording new
+        charges. A reservation whose queue is gone is dropped: nothing could
+        charge or refund it any more.
+        """
+        self._expire(now)
+        self.state = ClusterState.build(config)
+        for reservation_id in sorted(self._live):
+            reservation = self._live[reservation_id]
+            node = self.state.queues.get(reservation.queue)
+            if node is None:
+                reservation.expires.clear()
+                del self._live[reservation_id]
+                continue
+            reservation.charges = {}
+            for resource in reservation.expires:
+                fr = FlavorResource(reservation.flavor, resource)
+                self._charge(reservation, node, fr, reservation.amounts[resource])
 
     # -- internals -----------------------------------------------------------------------
 
@@ -149,22 +200,40 @@ class InProcessLedger:
             reservation.charges[key] = reservation.charges.get(key, 0) + node.usage.get(fr, 0) - old
 
     def _expire(self, now: float) -> None:
-        while self._expiry and self._expiry[0][0] <= now:
-            _, reservation_id, resource = heapq.heappop(self._expiry)
+        for fr, heap in self._expiry.items():
+            while heap and heap[0][0] <= now:
+                _, reservation_id = heapq.heappop(heap)
+                reservation = self._live.get(reservation_id)
+                if reservation is not None and fr.resource in reservation.expires:
+                    self._take_back(reservation, fr)
+
+    def _take_back(self, reservation: Reservation, fr: FlavorResource) -> None:
+        """Expire one resource of a reservation: take back exactly what each node got."""
+        for depth, node in enumerate(path_to_root(self.state.queues[reservation.queue])):
+            charged = reservation.charges.pop((depth, fr.resource), 0)
+            node.usage[fr] = node.usage.get(fr, 0) - charged
+        del reservation.expires[fr.resource]
+        if not reservation.expires:
+            del self._live[reservation.id]
+
+    def _earliest(self, fr: FlavorResource) -> float | None:
+        """When the earliest live reservation of ``fr`` expires (dropping stale entries)."""
+        heap = self._expiry.get(fr, [])
+        while heap:
+            when, reservation_id = heap[0]
             reservation = self._live.get(reservation_id)
-            if reservation is None:
-                continue
-            fr = FlavorResource(reservation.flavor, resource)
-            # Take back exactly what was charged to each node.
-            for depth, node in enumerate(path_to_root(self.state.queues[reservation.queue])):
-                charged = reservation.charges.pop((depth, resource), 0)
-                node.usage[fr] = node.usage.get(fr, 0) - charged
-            del reservation.expires[resource]
-            if not reservation.expires:
-                del self._live[reservation_id]
+            if reservation is not None and fr.resource in reservation.expires:
+                return when
+            heapq.heappop(heap)
+        return None
 
     def _refusal(
-        self, queue: ResourceNode, fr: FlavorResource, amount: int, free: int, now: float
+        self,
+        queue: ResourceNode,
+        fr: FlavorResource,
+        amount: int,
+        free: dict[str, int],
+        now: float,
     ) -> Refusal:
         blocker = blocker_for(queue, fr, amount)
         return Refusal(
@@ -173,18 +242,24 @@ class InProcessLedger:
             resource=fr.resource,
             flavor=fr.flavor,
             requested=amount,
-            available=free,
-            retry_after=self._retry_after(fr, amount - free, now),
+            available=free[fr.resource],
+            retry_after=self._retry_after(fr, amount - free[fr.resource], now),
+            remaining=dict(free),
+            reset_after={r: self.reset_after(fr.flavor, r, now) for r in free},
         )
 
     def _retry_after(self, fr: FlavorResource, short: int, now: float) -> float:
-        """Seconds until reservations holding at least ``short`` of ``fr`` expire."""
-        freed = 0
-        for when, reservation_id, resource in sorted(self._expiry):
-            reservation = self._live.get(reservation_id)
-            if reservation is None or resource != fr.resource or reservation.flavor != fr.flavor:
-                continue
-            freed += reservation.amounts.get(resource, 0)
-            if freed >= short:
-                return max(0.0, when - now)
+        """Seconds until reservations holding at least ``short`` of ``fr`` expire.
+
+        A budget's reservations all end with the period, so only a rate needs the walk
+        over the earliest :data:`RETRY_WALK_LIMIT` reservations."""
+        if fr.resource in RATE_RESOURCES:
+            freed = 0
+            for when, reservation_id in heapq.nsmallest(RETRY_WALK_LIMIT, self._expiry.get(fr, [])):
+                reservation = self._live.get(reservation_id)
+                if reservation is None or fr.resource not in reservation.expires:
+                    continue
+                freed += reservation.amounts[fr.resource]
+                if freed >= short:
+                    return max(0.0, when - now)
         return max(0.0, period_end(fr.resource, now) - now)

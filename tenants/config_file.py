@@ -14,8 +14,19 @@ from msgspec import Meta
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, decode, to_quota_config
 from quota.errors import ConfigError
 from quota.model import QuotaConfig
+from tenants.model_checks import base_url_error, env_name_error, model_name_error
 
-__all__ = ["IgnaraConfig", "LimitsDoc", "TenantDoc", "load_config_file", "parse_config"]
+__all__ = [
+    "EndpointDoc",
+    "IgnaraConfig",
+    "InferenceDoc",
+    "LimitsDoc",
+    "ModelDoc",
+    "QueueWaitDoc",
+    "TenantDoc",
+    "load_config_file",
+    "parse_config",
+]
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -33,6 +44,38 @@ class TenantDoc(msgspec.Struct, forbid_unknown_fields=True):
     display_name: str = ""
     backends: list[str] | None = None  # None: every configured backend
     limits: LimitsDoc | None = None
+    models: list[str] | None = None  # None: every model its queues' flavors serve
+
+
+class EndpointDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One upstream: an OpenAI-compatible base URL; the key is read from ``api_key_env``
+    on each gateway, so secrets never enter the config or the database."""
+
+    base_url: Annotated[str, Meta(max_length=2048)]
+    api_key_env: str | None = None
+    weight: Annotated[int, Meta(ge=1, le=1000)] = 1
+
+
+class ModelDoc(msgspec.Struct, forbid_unknown_fields=True):
+    """A model name clients send, the flavor (model pool) its tokens are charged to,
+    and where calls go."""
+
+    name: str
+    flavor: str
+    endpoints: list[EndpointDoc]
+
+
+class QueueWaitDoc(msgspec.Struct, forbid_unknown_fields=True):
+    """Calls refused by ``queue`` wait up to ``max_wait_seconds`` for capacity."""
+
+    queue: str
+    max_wait_seconds: Annotated[float, Meta(gt=0, le=600)]
+
+
+class InferenceDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    # The completion tokens reserved when a call names no max_tokens.
+    default_max_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
+    waiting: list[QueueWaitDoc] = []
 
 
 class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -41,6 +84,8 @@ class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
     cluster_queues: list[ClusterQueueDoc] = []
     fair_sharing: bool = False
     tenants: list[TenantDoc] = []
+    models: list[ModelDoc] = []
+    inference: InferenceDoc = msgspec.field(default_factory=InferenceDoc)
 
     def quota_document(self) -> QuotaDocument:
         return QuotaDocument(
@@ -101,3 +146,44 @@ def _check_names(config: IgnaraConfig) -> None:
         for j, queue in enumerate(tenant.queues):
             if queue not in queues:
                 raise ConfigError(f"tenants[{i}].queues[{j}]: unknown cluster queue {queue!r}")
+    _check_models(config, queues)
+
+
+def _check_models(config: IgnaraConfig, queues: set[str]) -> None:
+    flavors = set(config.flavors)
+    models: set[str] = set()
+    for i, model in enumerate(config.models):
+        if model.name in models:
+            raise ConfigError(f"models[{i}].name: {model.name!r} is listed twice")
+        models.add(model.name)
+        if model.flavor not in flavors:
+            raise ConfigError(f"models[{i}].flavor: unknown flavor {model.flavor!r}")
+        _check_model(i, model)
+    for i, tenant in enumerate(config.tenants):
+        for j, name in enumerate(tenant.models or []):
+            if name not in models:
+                raise ConfigError(f"tenants[{i}].models[{j}]: unknown model {name!r}")
+    waiting: set[str] = set()
+    for i, wait in enumerate(config.inference.waiting):
+        if wait.queue in waiting:
+            raise ConfigError(f"inference.waiting[{i}].queue: {wait.queue!r} is listed twice")
+        waiting.add(wait.queue)
+        if wait.queue not in queues:
+            raise ConfigError(f"inference.waiting[{i}].queue: unknown cluster queue {wait.queue!r}")
+
+
+def _check_model(i: int, model: ModelDoc) -> None:
+    if (error := model_name_error(model.name)) is not None:
+        raise ConfigError(f"models[{i}].name: {error}")
+    if not model.endpoints:
+        raise ConfigError(f"models[{i}].endpoints: name at least one upstream endpoint")
+    urls: set[str] = set()
+    for j, endpoint in enumerate(model.endpoints):
+        where = f"models[{i}].endpoints[{j}]"
+        if (error := base_url_error(endpoint.base_url)) is not None:
+            raise ConfigError(f"{where}.base_url: {error}")
+        if endpoint.base_url.rstrip("/") in urls:
+            raise ConfigError(f"{where}.base_url: listed twice for this model")
+        urls.add(endpoint.base_url.rstrip("/"))
+        if endpoint.api_key_env is not None and (error := env_name_error(endpoint.api_key_env)):
+            raise ConfigError(f"{where}.api_key_env: {error}")

@@ -50,3 +50,12 @@ def settings(tmp_path: Path) -> Settings:
         auth=AuthSettings(admin_key=ADMIN_KEY, pepper="test-pepper-0123456789abcdef"),
         backends=BackendSettings(local_root=str(tmp_path / "jobs")),
     )
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server for the session (``REDIS_URL``, or a throwaway redis-server)."""
+    from tests.support.redis import redis_server
+
+    with redis_server() as url:
+        yield url

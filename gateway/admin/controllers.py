@@ -162,12 +162,13 @@ class AdminController(Controller):
         key_id: Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")],
         database: NamedDependency[Database],
         policy: NamedDependency[PolicyEngine],
+        services: NamedDependency[Services],
     ) -> KeyOut:
         await authorize(policy, request.user, "keys.revoke", tenant)
         async with database.session() as session:
-            return _key_out(
-                await revoke_api_key(session, tenant, key_id, actor=request.user.principal)
-            )
+            revoked = await revoke_api_key(session, tenant, key_id, actor=request.user.principal)
+        services.api_keys.invalidate(key_id)  # this replica refuses it from now on
+        return _key_out(revoked)
 
 
 def _key_out(key: Any) -> KeyOut:

@@ -35,6 +35,7 @@ from gateway.auth.errors import (
     InvalidCredentialsError,
     MissingCredentialsError,
 )
+from gateway.errors import error_body
 
 __all__ = ["DEFAULT_EXCLUDE_PATHS", "AuthenticationMiddleware", "auth_middleware"]
 
@@ -106,7 +107,7 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
             }
             await send(close)
             return
-        body = msgspec.json.encode({"error": {"code": err.code, "message": err.message}})
+        body = msgspec.json.encode(error_body(err.status_code, err.code, err.message))
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode("ascii")),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime
 
 from gateway.auth.keys import StoredKey
 from tenants import Database
 from tenants.services.api_keys import find_api_key, touch_api_key
 
-__all__ = ["SqlApiKeyStore"]
+__all__ = ["CachedApiKeyStore", "SqlApiKeyStore"]
 
 
 class SqlApiKeyStore:
@@ -35,3 +37,54 @@ class SqlApiKeyStore:
     async def touch(self, key_id: str, when: datetime) -> None:
         async with self.database.session() as session:
             await touch_api_key(session, key_id, when)
+
+
+class CachedApiKeyStore:
+    """Keeps what a lookup found (or that nothing was found) for ``ttl`` seconds, and
+    writes ``last_used`` at most every ``touch_every`` seconds per key, so an inference
+    call costs no SQL round trip.
+
+    A revocation made through this gateway applies at once (:meth:`invalidate`); one
+    made through another replica, within ``ttl`` seconds.
+    """
+
+    def __init__(
+        self,
+        inner: SqlApiKeyStore,
+        *,
+        ttl: float = 5.0,
+        touch_every: float = 60.0,
+        max_entries: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._ttl = ttl
+        self._touch_every = touch_every
+        self._max_entries = max_entries
+        self._clock = clock
+        self._found: dict[str, tuple[float, StoredKey | None]] = {}
+        self._touched: dict[str, float] = {}
+
+    async def get(self, key_id: str) -> StoredKey | None:
+        now = self._clock()
+        cached = self._found.get(key_id)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        stored = await self._inner.get(key_id)
+        if len(self._found) >= self._max_entries:
+            self._found.clear()  # a flood of unknown ids must not grow memory
+        self._found[key_id] = (now, stored)
+        return stored
+
+    async def touch(self, key_id: str, when: datetime) -> None:
+        now = self._clock()
+        last = self._touched.get(key_id)
+        if last is not None and now - last < self._touch_every:
+            return
+        if len(self._touched) >= self._max_entries:
+            self._touched.clear()
+        self._touched[key_id] = now
+        await self._inner.touch(key_id, when)
+
+    def invalidate(self, key_id: str) -> None:
+        self._found.pop(key_id, None)

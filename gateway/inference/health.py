@@ -22,7 +22,7 @@ class HealthChecker:
         *,
         timeout: float = 2.0,
     ) -> None:
-        self._registry = registry
+        self.registry = registry  # replaced when the config changes
         self._client = client
         self._interval = interval
         self._timeout = timeout
@@ -34,7 +34,7 @@ class HealthChecker:
 
     async def check_once(self) -> dict[str, bool]:
         """Probe every endpoint once, concurrently; returns base URL -> healthy."""
-        endpoints: list[Endpoint] = self._registry.endpoints()
+        endpoints: list[Endpoint] = self.registry.endpoints()
         results = await asyncio.gather(
             *(self._client.probe(endpoint, self._timeout) for endpoint in endpoints)
         )

@@ -6,15 +6,13 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from gateway.inference.errors import RegistryError
+from tenants.model_checks import base_url_error, env_name_error, model_name_error
 
 __all__ = ["Endpoint", "ModelRegistry", "ModelRoute"]
 
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _FLAVOR_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _MODEL_KEYS = frozenset({"name", "flavor", "endpoints"})
 _ENDPOINT_KEYS = frozenset({"base_url", "api_key_env", "weight"})
 
@@ -96,8 +94,9 @@ def _parse_model(item: Mapping[str, Any], environ: Mapping[str, str]) -> ModelRo
     if not isinstance(item, Mapping):
         raise RegistryError("each model entry must be a mapping")
     name = item.get("name")
-    if not isinstance(name, str) or not _MODEL_NAME.match(name):
-        raise RegistryError(f"invalid model name {name!r}")
+    if (error := model_name_error(name)) is not None:
+        raise RegistryError(error)
+    assert isinstance(name, str)  # checked just above
     unknown = set(item) - _MODEL_KEYS
     if unknown:
         raise RegistryError(f"model {name!r}: unknown keys {sorted(unknown)}")
@@ -120,31 +119,19 @@ def _parse_endpoint(model: str, entry: Any, environ: Mapping[str, str]) -> Endpo
     unknown = set(entry) - _ENDPOINT_KEYS
     if unknown:
         raise RegistryError(f"model {model!r}: unknown endpoint keys {sorted(unknown)}")
-    base_url = _validate_url(model, entry.get("base_url"))
+    base_url = entry.get("base_url")
+    if (error := base_url_error(base_url)) is not None:
+        raise RegistryError(f"model {model!r}: {error}")
+    assert isinstance(base_url, str)  # checked just above
     env_name = entry.get("api_key_env")
     api_key: str | None = None
     if env_name is not None:
-        if not isinstance(env_name, str) or not _ENV_NAME.match(env_name):
-            raise RegistryError(f"model {model!r}: invalid api_key_env {env_name!r}")
+        if (error := env_name_error(env_name)) is not None:
+            raise RegistryError(f"model {model!r}: {error}")
         api_key = environ.get(env_name)
         if not api_key:
             raise RegistryError(f"model {model!r}: environment variable {env_name} is not set")
     weight = entry.get("weight", 1)
-    return Endpoint(base_url=base_url, api_key_env=env_name, weight=weight, api_key=api_key)
-
-
-def _validate_url(model: str, url: Any) -> str:
-    if not isinstance(url, str):
-        raise RegistryError(f"model {model!r}: base_url must be a string")
-    try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError as exc:
-        raise RegistryError(f"model {model!r}: invalid base_url") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise RegistryError(f"model {model!r}: base_url must be an http(s) URL with a host")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise RegistryError(
-            f"model {model!r}: base_url must not carry credentials, a query or a fragment"
-        )
-    return url.rstrip("/")
+    return Endpoint(
+        base_url=base_url.rstrip("/"), api_key_env=env_name, weight=weight, api_key=api_key
+    )

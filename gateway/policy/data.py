@@ -8,12 +8,12 @@ from typing import Any
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tenants.models import AuditEntry, ClusterQueueRow, Tenant
+from tenants.models import AuditEntry, ClusterQueueRow, ModelRow, Tenant
 
 __all__ = ["CONFIG_KINDS", "config_version", "policy_data"]
 
 # Audited kinds of change that alter what the policies read.
-CONFIG_KINDS = ("tenant", "cluster_queue", "cohort", "flavor", "setting")
+CONFIG_KINDS = ("tenant", "cluster_queue", "cohort", "flavor", "setting", "model")
 
 
 async def config_version(session: AsyncSession) -> int:
@@ -27,8 +27,10 @@ async def config_version(session: AsyncSession) -> int:
 
 
 async def policy_data(session: AsyncSession, backends: Iterable[str]) -> dict[str, Any]:
-    """Per tenant: its queues, the flavors those queues offer, the backends there are."""
+    """Per tenant: its queues, the flavors those queues offer, the backends there are,
+    the models it may call; and each model's flavor."""
     queues = {q.name: q for q in (await session.exec(select(ClusterQueueRow))).all()}
+    models = {m.name: m.spec["flavor"] for m in (await session.exec(select(ModelRow))).all()}
     tenants = {}
     for tenant in (await session.exec(select(Tenant))).all():
         flavors = sorted(
@@ -47,5 +49,11 @@ async def policy_data(session: AsyncSession, backends: Iterable[str]) -> dict[st
             "flavors": flavors,
             "backends": sorted(allowed),
             "limits": dict(tenant.limits),
+            "models": sorted(tenant.models if tenant.models is not None else models),
         }
-    return {"ignara": {"tenants": tenants}}
+    return {
+        "ignara": {
+            "tenants": tenants,
+            "models": {name: {"flavor": flavor} for name, flavor in models.items()},
+        }
+    }

@@ -6,6 +6,7 @@ tenants := {
 		"queues": ["acme-main", "acme-batch"],
 		"flavors": ["h100", "a100"],
 		"backends": ["slurm", "local"],
+		"models": ["llama-70b", "llama-8b"],
 		"limits": {
 			"max_pods_per_workload": 16,
 			"max_gpus_per_workload": 32,
@@ -16,13 +17,21 @@ tenants := {
 		"queues": ["globex-main"],
 		"flavors": ["a100"],
 		"backends": ["ray"],
+		"models": ["llama-70b", "mistral-7b"],
 	},
 	"initech": {
 		"suspended": true,
 		"queues": ["initech-main"],
 		"flavors": ["a100"],
 		"backends": ["local"],
+		"models": ["mistral-7b"],
 	},
+}
+
+models := {
+	"llama-70b": {"flavor": "h100"},
+	"llama-8b": {"flavor": "a100"},
+	"mistral-7b": {"flavor": "a100"},
 }
 
 # 2 x 8 GPUs plus 1 coordinator pod without GPUs: 3 pods, 16 GPUs.

@@ -2,9 +2,11 @@
 
 from tenants.models.api_key import ApiKey
 from tenants.models.audit import AuditEntry
+from tenants.models.inference import ModelRow
 from tenants.models.principal import Principal
 from tenants.models.quota import ClusterQueueRow, CohortRow, FlavorRow
 from tenants.models.tenant import Tenant
+from tenants.models.usage import UsageRecordRow
 from tenants.models.workload import WorkloadRow
 
 __all__ = [
@@ -13,7 +15,9 @@ __all__ = [
     "ClusterQueueRow",
     "CohortRow",
     "FlavorRow",
+    "ModelRow",
     "Principal",
     "Tenant",
+    "UsageRecordRow",
     "WorkloadRow",
 ]

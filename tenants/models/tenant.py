@@ -23,5 +23,7 @@ class Tenant(SQLModel, table=True):
     # Caps the admission policy applies: max_pods_per_workload, max_gpus_per_workload,
     # max_runtime_seconds (absent: no cap).
     limits: dict[str, int] = json_field(dict)
+    # Models its callers may use (None: every model served by its queues' flavors).
+    models: list[str] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

@@ -18,12 +18,28 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, to_quota_config
 from quota.model import QuotaConfig
-from tenants.config_file import IgnaraConfig
+from tenants.config_file import IgnaraConfig, InferenceDoc, ModelDoc
 from tenants.errors import ConflictError
-from tenants.models import AuditEntry, ClusterQueueRow, CohortRow, FlavorRow, Tenant, WorkloadRow
+from tenants.models import (
+    AuditEntry,
+    ClusterQueueRow,
+    CohortRow,
+    FlavorRow,
+    ModelRow,
+    Tenant,
+    WorkloadRow,
+)
 from tenants.models._base import utcnow
 
-__all__ = ["HOLDING_STATES", "ApplyReport", "apply_config", "export_config", "load_quota_config"]
+__all__ = [
+    "HOLDING_STATES",
+    "ApplyReport",
+    "apply_config",
+    "export_config",
+    "load_inference_settings",
+    "load_models",
+    "load_quota_config",
+]
 
 # Workload states in which a workload holds quota in its queue.
 HOLDING_STATES = ("admitted", "running")
@@ -70,9 +86,22 @@ async def apply_config(session: AsyncSession, config: IgnaraConfig, actor: str) 
     await _sync(
         session, ClusterQueueRow, "cluster_queue", _specs(config.cluster_queues), actor, report
     )
-    await _sync_setting(session, config.fair_sharing, actor, report)
+    await _sync(session, ModelRow, "model", _specs(config.models), actor, report)
+    await _sync_setting(session, _settings_spec(config), actor, report)
     await _sync_tenants(session, config, actor, report)
     return report
+
+
+async def load_models(session: AsyncSession) -> list[ModelDoc]:
+    """The model registry as stored, in the configured order."""
+    rows = (await session.exec(select(ModelRow).order_by(col(ModelRow.position)))).all()
+    return [msgspec.convert(row.spec, ModelDoc) for row in rows]
+
+
+async def load_inference_settings(session: AsyncSession) -> InferenceDoc:
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    raw = setting.spec.get("inference") if setting is not None else None
+    return msgspec.convert(raw or {}, InferenceDoc)
 
 
 async def load_quota_config(session: AsyncSession) -> QuotaConfig:
@@ -101,6 +130,7 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
         await session.exec(select(ClusterQueueRow).order_by(col(ClusterQueueRow.position)))
     ).all()
     tenants = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
+    models = (await session.exec(select(ModelRow).order_by(col(ModelRow.position)))).all()
     setting = await session.get(CohortRow, _SETTINGS_ROW)
     return {
         "flavors": [f.name for f in flavors],
@@ -111,6 +141,8 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
             {"name": t.name, **{k: v for k, v in _tenant_spec(t).items() if v not in (None, {})}}
             for t in tenants
         ],
+        "models": [m.spec for m in models],
+        "inference": (setting.spec.get("inference") if setting else None) or {},
     }
 
 
@@ -127,7 +159,7 @@ def _specs(docs: Sequence[msgspec.Struct]) -> dict[str, tuple[dict[str, Any], in
 
 async def _sync(
     session: AsyncSession,
-    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow],
+    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow] | type[ModelRow],
     kind: str,
     wanted: dict[str, tuple[dict[str, Any], int]],
     actor: str,
@@ -143,7 +175,7 @@ async def _sync(
             _audit(session, actor, "create", kind, name, spec)
             report.created.append(f"{kind} {name}")
         elif _spec_of(row) != spec or row.position != position:
-            if isinstance(row, CohortRow | ClusterQueueRow):
+            if isinstance(row, CohortRow | ClusterQueueRow | ModelRow):
                 row.spec = spec
             row.position = position
             row.updated_at = utcnow()
@@ -157,32 +189,43 @@ async def _sync(
 
 
 def _new_row(
-    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow],
+    table: type[FlavorRow] | type[CohortRow] | type[ClusterQueueRow] | type[ModelRow],
     name: str,
     spec: dict[str, Any],
     position: int,
-) -> FlavorRow | CohortRow | ClusterQueueRow:
+) -> FlavorRow | CohortRow | ClusterQueueRow | ModelRow:
     if table is FlavorRow:
         return FlavorRow(name=name, position=position)
     return table(name=name, spec=spec, position=position)  # type: ignore[call-arg]
 
 
-def _spec_of(row: FlavorRow | CohortRow | ClusterQueueRow) -> dict[str, Any]:
+def _spec_of(row: FlavorRow | CohortRow | ClusterQueueRow | ModelRow) -> dict[str, Any]:
     return {} if isinstance(row, FlavorRow) else dict(row.spec)
 
 
+def _settings_spec(config: IgnaraConfig) -> dict[str, Any]:
+    return {
+        "fair_sharing": config.fair_sharing,
+        "inference": msgspec.to_builtins(config.inference),
+    }
+
+
 async def _sync_setting(
-    session: AsyncSession, fair_sharing: bool, actor: str, report: ApplyReport
+    session: AsyncSession, spec: dict[str, Any], actor: str, report: ApplyReport
 ) -> None:
     row = await session.get(CohortRow, _SETTINGS_ROW)
-    spec = {"fair_sharing": fair_sharing}
     if row is None:
         session.add(CohortRow(name=_SETTINGS_ROW, spec=spec, position=-1))
-    elif row.spec != spec:
+        return
+    changed = sorted(
+        key for key in spec.keys() | row.spec.keys() if row.spec.get(key) != spec.get(key)
+    )
+    if changed:
         row.spec = spec
         session.add(row)
-        _audit(session, actor, "update", "setting", "fair_sharing", spec)
-        report.updated.append(f"setting fair_sharing={fair_sharing}")
+        for key in changed:
+            _audit(session, actor, "update", "setting", key, {key: spec.get(key)})
+            report.updated.append(f"setting {key}")
 
 
 async def _sync_tenants(
@@ -196,6 +239,7 @@ async def _sync_tenants(
             "queues": list(doc.queues),
             "backends": doc.backends,
             "limits": limits,
+            "models": doc.models,
         }
         tenant = existing.pop(doc.name, None)
         if tenant is None:
@@ -219,6 +263,7 @@ def _tenant_spec(tenant: Tenant) -> dict[str, Any]:
         "queues": list(tenant.queues),
         "backends": tenant.backends,
         "limits": dict(tenant.limits),
+        "models": tenant.models,
     }
 
 

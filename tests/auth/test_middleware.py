@@ -116,7 +116,11 @@ async def test_bad_credentials_get_a_401_with_a_stable_code(
     response = await client.get("/whoami", headers=headers)
     assert response.status_code == 401
     assert response.json() == {
-        "error": {"code": code, "message": response.json()["error"]["message"]}
+        "error": {
+            "code": code,
+            "message": response.json()["error"]["message"],
+            "type": "authentication_error",
+        }
     }
     assert response.headers["www-authenticate"] == 'Bearer realm="ignara", error="invalid_token"'
     token = headers["Authorization"].split(" ", 1)[1]

@@ -102,7 +102,7 @@ async def test_removing_an_idle_queue_deletes_it(database: Database) -> None:
     ("change", "message"),
     [
         (lambda d: d["tenants"][0].update(queues=["nope"]), "tenants[0].queues[0]: unknown"),
-        (lambda d: d["flavors"].append("H100!"), "flavors[2]: 'H100!' is not a valid name"),
+        (lambda d: d["flavors"].append("H100!"), "flavors[3]: 'H100!' is not a valid name"),
         (lambda d: d.update(extra=1), "object contains unknown field `extra`"),
         (
             lambda d: d["cluster_queues"][0]["resource_groups"][0]["flavors"][0]["quotas"][

@@ -1,0 +1,148 @@
+"""A fast OpenAI-compatible upstream for benchmarks: fixed answers, no delay.
+
+    python bench/upstream.py --port 9000
+
+``GET /v1/models`` and ``POST /v1/chat/completions``. A chat completion answers a fixed
+small ``chat.completion`` with ``usage``; with ``"stream": true`` it answers
+``text/event-stream``: eight ``chat.completion.chunk`` events, then (when
+``stream_options.include_usage`` is true) a chunk with ``"choices": []`` and ``usage``,
+then ``data: [DONE]``. Every event is one write, as a real server streams them. All
+bodies are encoded once at start-up, so the per-request work is parsing the request
+body and writing bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from aiohttp import web
+
+MODEL = "bench-model"
+CREATED = 1_700_000_000
+WORDS = ["Hello", " there,", " friend,", " how", " are", " you", " today", "?"]
+USAGE = {"prompt_tokens": 13, "completion_tokens": len(WORDS), "total_tokens": 13 + len(WORDS)}
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+COMPLETION = _dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(WORDS)},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": USAGE,
+    }
+)
+
+
+def _chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": MODEL,
+        "choices": choices,
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + _dumps(body) + b"\n\n"
+
+
+def _content_events() -> list[bytes]:
+    events = []
+    for i, word in enumerate(WORDS):
+        delta: dict[str, Any] = {"content": word}
+        if i == 0:
+            delta = {"role": "assistant", "content": word}
+        last = i == len(WORDS) - 1
+        choice = {"index": 0, "delta": delta, "logprobs": None}
+        choice["finish_reason"] = "stop" if last else None
+        events.append(_chunk([choice]))
+    return events
+
+
+STREAM_EVENTS = _content_events()
+USAGE_EVENT = _chunk([], USAGE)
+DONE_EVENT = b"data: [DONE]\n\n"
+MODELS = _dumps(
+    {
+        "object": "list",
+        "data": [{"id": MODEL, "object": "model", "created": CREATED, "owned_by": "bench"}],
+    }
+)
+JSON_HEADERS = {"Content-Type": "application/json"}
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+async def models(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=MODELS, headers=JSON_HEADERS)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        error = {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
+        return web.Response(body=_dumps(error), status=400, headers=JSON_HEADERS)
+    if not body.get("stream"):
+        return web.Response(body=COMPLETION, headers=JSON_HEADERS)
+    options = body.get("stream_options") or {}
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    await response.prepare(request)
+    for event in STREAM_EVENTS:
+        await response.write(event)
+    if options.get("include_usage"):
+        await response.write(USAGE_EVENT)
+    await response.write(DONE_EVENT)
+    await response.write_eof()
+    return response
+
+
+def make_app() -> web.Application:
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    print(f"bench upstream on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    web.run_app(
+        make_app(),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=None,
+        backlog=1024,
+        shutdown_timeout=0.5,
+    )
+
+
+if __name__ == "__main__":
+    main()

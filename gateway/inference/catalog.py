@@ -1,0 +1,50 @@
+"""What the ``/v1`` routes read on every call, rebuilt whenever the config moves:
+the model registry, each tenant's queues, the inference settings, and the policy
+decisions already taken under this config (the policies' data changes only with it)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from gateway.inference.errors import RegistryError
+from gateway.inference.registry import ModelRegistry, ModelRoute
+from gateway.policy import Decision
+from tenants.config_file import InferenceDoc, ModelDoc
+
+__all__ = ["Catalog", "build_registry"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Catalog:
+    registry: ModelRegistry = field(default_factory=ModelRegistry)
+    tenant_queues: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    settings: InferenceDoc = field(default_factory=InferenceDoc)
+    # Decisions keyed by everything the policy input holds; only the policy's own
+    # answers are kept (an engine failure is asked again next time).
+    decisions: dict[tuple[object, ...], Decision] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.max_wait = {wait.queue: wait.max_wait_seconds for wait in self.settings.waiting}
+
+    def route(self, model: str) -> ModelRoute | None:
+        return self.registry.route(model)
+
+
+def build_registry(models: Iterable[ModelDoc], environ: Mapping[str, str]) -> ModelRegistry:
+    """The registry of every model that can be served here; a model whose key variable
+    is missing on this gateway is left out (and logged) rather than failing them all."""
+    routes: list[ModelRoute] = []
+    for model in models:
+        try:
+            routes.extend(
+                ModelRegistry.from_config([msgspec.to_builtins(model)], environ=environ).routes()
+            )
+        except RegistryError as err:
+            log.error("model %r is not served by this gateway: %s", model.name, err)
+    return ModelRegistry(routes)

@@ -1,0 +1,473 @@
+"""The rules of one inference call, in the order they apply:
+
+1. The caller may call models at all (authorization policy, ``inference.call``).
+2. The body is checked and its tokens estimated (:mod:`gateway.inference.calls`).
+3. The model exists and is open to the tenant, through the queue it spends
+   (inference policy); the queue is the caller's ``X-Ignara-Queue`` or the first of
+   the tenant's queues that holds token quota for the model's flavor.
+4. The estimate is reserved over the queue and every cohort above it, in one step;
+   a refusal is a 429 (or, on a queue configured to wait, a place in line).
+5. The call is forwarded; a failure before the response started is a 502/504 and
+   the reservation is given back.
+6. After the response (or the stream) ends, the reservation is reconciled with
+   the upstream's usage, and a usage record is queued for SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+import msgspec
+
+from gateway.auth import Identity
+from gateway.authorization import principal_of
+from gateway.inference.calls import Call, CallKind, estimate_text_tokens, parse_call
+from gateway.inference.catalog import Catalog
+from gateway.inference.errors import UpstreamError
+from gateway.inference.problems import InferenceError
+from gateway.inference.ratelimits import (
+    INFERENCE_RESOURCES,
+    amounts_for,
+    grant_headers,
+    refusal_headers,
+    refusal_message,
+)
+from gateway.inference.registry import ModelRoute
+from gateway.inference.sse import StreamAccountant, error_event
+from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
+from gateway.inference.waiting import WaitLine
+from gateway.ledgers import Grant, Ledger, Refusal
+from gateway.policy import Decision, PolicyEngine
+from gateway.usage import UsageRecord, UsageRecorder
+
+__all__ = ["Answer", "InferenceService", "StreamAnswer"]
+
+log = logging.getLogger(__name__)
+
+AUTHZ = "ignara.authz.decision"
+INFERENCE = "ignara.inference.decision"
+QUEUE_HEADER = "x-ignara-queue"
+PRIORITY_HEADER = "x-ignara-priority"
+MAX_PRIORITY = 1000
+_PRIVATE = "x-ignara-"
+_FORWARDED_RESPONSE_HEADERS = ("x-request-id",)
+_decoder = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAnswer:
+    status: int
+    chunks: AsyncIterator[bytes]
+    headers: dict[str, str]
+    media_type: str = "text/event-stream"
+
+
+@dataclass(slots=True)
+class _Context:
+    """One admitted call on its way: who, what, where it is charged, since when."""
+
+    identity: Identity
+    call: Call
+    route: ModelRoute
+    queue: str
+    grant: Grant
+    started: float
+
+
+class InferenceService:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        client: UpstreamClient,
+        policy: PolicyEngine,
+        recorder: UsageRecorder,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.client = client
+        self.policy = policy
+        self.recorder = recorder
+        self.catalog = catalog or Catalog()
+        self.waiting = WaitLine()
+        self._settling: set[asyncio.Task[None]] = set()
+
+    # -- the routes ----------------------------------------------------------------------
+
+    async def models(self, identity: Identity) -> list[str]:
+        """The models this caller may call (through its tenant's queues)."""
+        await self._authorize(identity, "models.list")
+        catalog = self.catalog
+        names = []
+        for route in catalog.registry.routes():
+            queue = self._queue_for(catalog, identity.tenant, route.flavor, None)
+            if (await self._admit(identity, route, queue)).allow:
+                names.append(route.model)
+        return names
+
+    async def handle(
+        self, identity: Identity, kind: CallKind, raw: bytes, headers: Mapping[str, str]
+    ) -> Answer | StreamAnswer:
+        started = time.monotonic()
+        await self._authorize(identity, "inference.call")  # 1
+        catalog = self.catalog
+        call = parse_call(kind, raw, catalog.settings.default_max_tokens)  # 2
+        route, queue = await self._place(catalog, identity, call, headers)  # 3
+        grant = await self._reserve(catalog, queue, route.flavor, call, headers)  # 4
+        context = _Context(identity, call, route, queue, grant, started)
+        try:  # 5
+            response = await self.client.forward(route, kind.path, call.body, _forwarded(headers))
+        except UpstreamError as err:
+            await self._give_back(context, err.http_status)
+            raise _upstream_problem(err) from None
+        if response.chunks is not None:
+            return await self._stream(context, response, response.chunks)
+        return await self._whole(context, response)
+
+    async def drain(self) -> None:
+        """Wait for the accounting of finished streams (at shutdown)."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+    # -- 1 and 3: policy ----------------------------------------------------------------
+
+    async def _authorize(self, identity: Identity, action: str) -> None:
+        key = (AUTHZ, identity.tenant, identity.roles, action)
+        decision = await self._decide(
+            key,
+            AUTHZ,
+            {
+                "principal": principal_of(identity),
+                "action": action,
+                "resource": {"tenant": identity.tenant},
+            },
+        )
+        if not decision.allow:
+            raise InferenceError(
+                403, "permission_error", "; ".join(decision.reasons), code="forbidden"
+            )
+
+    async def _place(
+        self, catalog: Catalog, identity: Identity, call: Call, headers: Mapping[str, str]
+    ) -> tuple[ModelRoute, str]:
+        route = catalog.route(call.model)
+        if route is None:
+            raise _no_such_model(call.model)
+        queue = self._queue_for(catalog, identity.tenant, route.flavor, headers.get(QUEUE_HEADER))
+        decision = await self._admit(identity, route, queue)
+        if not decision.allow:
+            if any(_closes_model(reason, route) for reason in decision.reasons):
+                raise _no_such_model(call.model)  # as OpenAI: never confirm it exists
+            raise InferenceError(
+                403, "permission_error", "; ".join(decision.reasons), code="policy_denied"
+            )
+        if not self._limited(queue, route.flavor):
+            raise InferenceError(
+                403,
+                "permission_error",
+                f"queue {queue!r} holds no token quota for flavor {route.flavor!r} "
+                f"of model {call.model!r}",
+                code="no_quota",
+            )
+        return route, queue
+
+    def _queue_for(self, catalog: Catalog, tenant: str, flavor: str, asked: str | None) -> str:
+        """The queue asked for (the policy says whether it is the tenant's), else the
+        first of the tenant's queues with token quota for the flavor, else its first."""
+        if asked is not None:
+            return asked[:63]
+        queues = catalog.tenant_queues.get(tenant, ())
+        limited = (queue for queue in queues if self._limited(queue, flavor))
+        return next(limited, queues[0] if queues else "")
+
+    def _limited(self, queue: str, flavor: str) -> bool:
+        return any(self.ledger.covers(queue, flavor, r) for r in INFERENCE_RESOURCES)
+
+    async def _admit(self, identity: Identity, route: ModelRoute, queue: str) -> Decision:
+        key = (INFERENCE, identity.tenant, route.model, queue)
+        return await self._decide(
+            key, INFERENCE, {"tenant": identity.tenant, "model": route.model, "queue": queue}
+        )
+
+    async def _decide(
+        self, key: tuple[object, ...], entry: str, policy_input: dict[str, Any]
+    ) -> Decision:
+        decisions = self.catalog.decisions
+        decision = decisions.get(key)
+        if decision is None:
+            decision = await self.policy.decide(entry, policy_input)
+            if decision.failure is None:
+                decisions[key] = decision
+        return decision
+
+    # -- 4: quota ----------------------------------------------------------------------
+
+    async def _reserve(
+        self, catalog: Catalog, queue: str, flavor: str, call: Call, headers: Mapping[str, str]
+    ) -> Grant:
+        resources = [r for r in INFERENCE_RESOURCES if self.ledger.covers(queue, flavor, r)]
+        amounts = amounts_for(resources, call.estimate)
+        max_wait = catalog.max_wait.get(queue)
+        if max_wait is not None and self.waiting.waiting(queue, flavor):
+            result: Grant | Refusal = await self._wait(queue, flavor, amounts, max_wait, headers)
+        else:
+            result = await self.ledger.reserve(queue, flavor, amounts)
+            if isinstance(result, Refusal) and max_wait is not None:
+                result = await self._wait(queue, flavor, amounts, max_wait, headers)
+        if isinstance(result, Refusal):
+            raise InferenceError(
+                429,
+                "requests" if result.resource == "requests-per-minute" else "tokens",  # as OpenAI
+                refusal_message(queue, result),
+                code="rate_limit_exceeded",
+                headers=refusal_headers(self.ledger, queue, amounts, result),
+                detail={
+                    "level": result.level,
+                    "name": result.name,
+                    "queue": queue,
+                    "flavor": result.flavor,
+                    "resource": result.resource,
+                    "requested": result.requested,
+                    "available": max(0, result.available),
+                    "retry_after_seconds": round(result.retry_after, 3),
+                },
+            )
+        return result
+
+    async def _wait(
+        self,
+        queue: str,
+        flavor: str,
+        amounts: dict[str, int],
+        max_wait: float,
+        headers: Mapping[str, str],
+    ) -> Grant | Refusal:
+        priority = _priority(headers.get(PRIORITY_HEADER))
+        return await self.waiting.wait(
+            queue, flavor, priority, max_wait, lambda: self.ledger.reserve(queue, flavor, amounts)
+        )
+
+    # -- 5 and 6: the answer and its accounting ---------------------------------------------
+
+    async def _whole(self, context: _Context, response: UpstreamResponse) -> Answer:
+        body = response.body or b""
+        if response.status >= 400:
+            await self._give_back(context, response.status, response.endpoint.base_url)
+            return Answer(response.status, body, _answer_headers(response), _media(response))
+        try:
+            document = _decoder.decode(body)
+        except msgspec.DecodeError:
+            document = None
+        if not isinstance(document, dict):
+            await self._give_back(context, 502, response.endpoint.base_url)
+            raise InferenceError(
+                502,
+                "api_error",
+                f"the upstream for model {context.call.model!r} sent a malformed response",
+                code="upstream_malformed",
+            )
+        prompt, completion = _usage_of(document, context.call)
+        await self._settle(
+            context, prompt, completion, response.status, response.endpoint.base_url, False
+        )
+        headers = {**_answer_headers(response), **grant_headers(self.ledger, context.grant)}
+        return Answer(response.status, body, headers, _media(response))
+
+    async def _stream(
+        self, context: _Context, response: UpstreamResponse, chunks: ChunkStream
+    ) -> Answer | StreamAnswer:
+        endpoint = response.endpoint.base_url
+        try:
+            first = await anext(chunks, b"")
+        except UpstreamError as err:
+            await self._give_back(context, err.http_status, endpoint)
+            raise _upstream_problem(err) from None
+        headers = {**_answer_headers(response), **grant_headers(self.ledger, context.grant)}
+        return StreamAnswer(response.status, self._relay(context, first, chunks, endpoint), headers)
+
+    async def _relay(
+        self, context: _Context, first: bytes, chunks: ChunkStream, endpoint: str
+    ) -> AsyncIterator[bytes]:
+        """Pass the stream on; account for it however it ends (done, broken, or the
+        client gone, which cancels this generator and so closes the upstream)."""
+        accountant = StreamAccountant(strip_usage=not context.call.wants_usage_chunk)
+        status = 200
+        try:
+            out = accountant.feed(first)
+            if out:
+                yield out
+            async for chunk in chunks:
+                out = accountant.feed(chunk)
+                if out:
+                    yield out
+            rest = accountant.flush()
+            if rest:
+                yield rest
+        except UpstreamError as err:
+            status = err.http_status
+            yield error_event(err.message, "api_error", err.code)
+        finally:
+            await chunks.aclose()
+            prompt, completion = _stream_usage(accountant, context.call)
+            # Settle in a task of its own: a client that left cancels this generator,
+            # and awaiting here would be cancelled with it.
+            task = asyncio.get_running_loop().create_task(
+                self._settle(context, prompt, completion, status, endpoint, True)
+            )
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+
+    async def _settle(
+        self,
+        context: _Context,
+        prompt: int,
+        completion: int,
+        status: int,
+        endpoint: str | None,
+        streamed: bool,
+    ) -> None:
+        grant = context.grant
+        actual = amounts_for(grant.amounts, prompt + completion)
+        try:
+            await self.ledger.reconcile(grant, actual)
+        except (OSError, ConnectionError) as err:  # the ledger's store is unreachable
+            log.error("cannot reconcile reservation %s: %s", grant.id, err)
+        if prompt + completion < context.call.estimate:
+            self.waiting.notify(context.queue, grant.flavor)
+        self._record(context, status, prompt, completion, endpoint, streamed)
+
+    async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
+        """The call produced nothing: the whole reservation goes back."""
+        try:
+            await self.ledger.release(context.grant)
+        except (OSError, ConnectionError) as err:
+            log.error("cannot release reservation %s: %s", context.grant.id, err)
+        self.waiting.notify(context.queue, context.grant.flavor)
+        self._record(context, status, 0, 0, endpoint, context.call.stream)
+
+    def _record(
+        self,
+        context: _Context,
+        status: int,
+        prompt: int,
+        completion: int,
+        endpoint: str | None,
+        streamed: bool,
+    ) -> None:
+        identity = context.identity
+        self.recorder.record(
+            UsageRecord(
+                tenant=identity.tenant,
+                principal=identity.principal,
+                queue=context.queue,
+                model=context.call.model,
+                flavor=context.route.flavor,
+                status=status,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                latency_ms=round((time.monotonic() - context.started) * 1000),
+                streamed=streamed,
+                api_key_id=identity.key_id,
+                endpoint=endpoint,
+            )
+        )
+
+
+def _usage_of(document: dict[str, Any], call: Call) -> tuple[int, int]:
+    """(prompt, completion) tokens from the upstream's ``usage``, else estimated."""
+    usage = document.get("usage")
+    if isinstance(usage, dict):
+        prompt = usage.get("prompt_tokens")
+        if _is_count(prompt):
+            completion = usage.get("completion_tokens", 0)
+            if not _is_count(completion):
+                total = usage.get("total_tokens")
+                completion = total - prompt if _is_count(total) and total >= prompt else 0
+            return prompt, completion
+    return call.prompt_tokens, _completion_estimate(document)
+
+
+def _completion_estimate(document: dict[str, Any]) -> int:
+    chars = 0
+    for choice in document.get("choices") or ():
+        if isinstance(choice, dict):
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else choice.get("text")
+            if isinstance(text, str):
+                chars += len(text)
+    return estimate_text_tokens(chars)
+
+
+def _stream_usage(accountant: StreamAccountant, call: Call) -> tuple[int, int]:
+    if accountant.usage is not None:
+        return _usage_of({"usage": accountant.usage}, call)
+    return call.prompt_tokens, accountant.events  # about one token per event
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _priority(raw: str | None) -> int:
+    if raw is None:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InferenceError(
+            400,
+            "invalid_request_error",
+            f"{PRIORITY_HEADER} must be an integer from {-MAX_PRIORITY} to {MAX_PRIORITY}",
+        ) from None
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, value))
+
+
+def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
+    """The caller's headers minus the gateway's own (the client drops hop-by-hop ones)."""
+    return {name: value for name, value in headers.items() if not name.startswith(_PRIVATE)}
+
+
+def _answer_headers(response: UpstreamResponse) -> dict[str, str]:
+    return {
+        name: response.headers[name]
+        for name in _FORWARDED_RESPONSE_HEADERS
+        if name in response.headers
+    }
+
+
+def _media(response: UpstreamResponse) -> str:
+    return response.headers.get("content-type", "application/json")
+
+
+def _closes_model(reason: str, route: ModelRoute) -> bool:
+    """The policy's reason says the model (or its flavor) is not the tenant's to use."""
+    return reason.startswith(
+        (f'model "{route.model}" is not open', f'flavor "{route.flavor}" of model')
+    )
+
+
+def _no_such_model(model: str) -> InferenceError:
+    return InferenceError(
+        404,
+        "invalid_request_error",
+        f"The model `{model}` does not exist or you do not have access to it.",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def _upstream_problem(err: UpstreamError) -> InferenceError:
+    return InferenceError(err.http_status, "api_error", err.message, code=err.code)

@@ -1,0 +1,30 @@
+"""Token ledgers for inference calls: rates and budgets over the cohort tree.
+
+``create_ledger(url, config)`` gives the shared :class:`RedisLedger` when a Redis
+URL is configured, else the in-process :class:`MemoryLedger`; both implement
+:class:`Ledger` and give the same answers for the same calls.
+"""
+
+from __future__ import annotations
+
+from gateway.ledgers.base import Grant, Ledger, Refusal, UnknownQueueError
+from gateway.ledgers.memory import MemoryLedger
+from gateway.ledgers.redis_ledger import RedisLedger
+from quota.model import QuotaConfig
+
+__all__ = [
+    "Grant",
+    "Ledger",
+    "MemoryLedger",
+    "RedisLedger",
+    "Refusal",
+    "UnknownQueueError",
+    "create_ledger",
+]
+
+
+def create_ledger(redis_url: str | None, config: QuotaConfig, *, prefix: str = "ignara") -> Ledger:
+    """A ledger shared through Redis when ``redis_url`` is set, else an in-process one."""
+    if redis_url:
+        return RedisLedger.from_url(redis_url, config, prefix=prefix)
+    return MemoryLedger(config)

@@ -1,0 +1,149 @@
+"""The token ledger as the gateway sees it: reserve, reconcile, release.
+
+Every amount at this interface is a whole count of tokens or requests. The quota
+engine counts milli-units (``nominal: 1000`` tokens is 1,000,000 inside
+:mod:`quota`), so both ledgers convert on the way in and, rounding down, on the
+way out (``remaining``, ``limit``, ``usage``, a refusal's ``available``).
+
+A grant is settled once: the first :meth:`Ledger.reconcile` or
+:meth:`Ledger.release` corrects it, later ones are no-ops. That keeps a retried
+release from refunding twice, and lets the Redis ledger drop a reservation's
+record as soon as it is settled instead of keeping it for a month.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from quota.ledger import BUDGET_RESOURCES, RATE_RESOURCES, Refusal
+from quota.model import QuotaConfig
+from quota.resources import MILLI
+
+__all__ = [
+    "MAX_AMOUNT",
+    "Grant",
+    "Ledger",
+    "Refusal",
+    "UnknownQueueError",
+    "check_actual",
+    "check_amounts",
+    "clock",
+    "to_milli",
+    "to_units",
+]
+
+# Lua numbers are doubles: milli-amounts stay exact below 2**53, so no single amount
+# (in tokens or requests) may be larger than this.
+MAX_AMOUNT = 2**53 // MILLI
+
+
+class UnknownQueueError(KeyError):
+    """The cluster queue is not in the quota configuration."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(queue)
+        self.queue = queue
+
+    def __str__(self) -> str:
+        return f"unknown cluster queue {self.queue!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A live reservation (amounts in tokens or requests)."""
+
+    id: str
+    queue: str
+    flavor: str
+    amounts: dict[str, int]  # what was reserved, per resource
+    remaining: dict[str, int]  # per resource: what the queue may still take (>= 0)
+    # per resource: seconds until ``remaining`` next grows (a rate: the earliest live
+    # reservation of that flavor-resource expires; a budget: the period ends), >= 0
+    reset_after: dict[str, float]
+
+
+class Ledger(Protocol):
+    """Token rates and budgets over the cohort tree, shared or in-process.
+
+    ``now`` (seconds since the epoch) defaults to :func:`time.time`; tests pass it.
+    Unknown queues raise :class:`UnknownQueueError`; resources other than rates and
+    budgets, negative amounts and an empty reservation raise :class:`ValueError`.
+    """
+
+    async def reserve(
+        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+    ) -> Grant | Refusal:
+        """Reserve every amount over the queue and its cohorts at once, or nothing."""
+        ...
+
+    async def reconcile(
+        self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
+    ) -> None:
+        """Replace the estimate by what was used (a resource left out keeps its
+        estimate): refund the difference, or charge an overrun even past the quota.
+        A resource whose window or period has ended is left alone."""
+        ...
+
+    async def release(self, grant: Grant, *, now: float | None = None) -> None:
+        """Refund everything (the call failed upstream): reconcile to 0."""
+        ...
+
+    def limit(self, queue: str, flavor: str, resource: str) -> int:
+        """The most the queue could ever get (for ``x-ratelimit-limit-*``)."""
+        ...
+
+    def covers(self, queue: str, flavor: str, resource: str) -> bool:
+        """Whether the queue has a quota entry for the flavor-resource (False if the
+        queue is unknown)."""
+        ...
+
+    async def update_config(self, config: QuotaConfig, *, now: float | None = None) -> None:
+        """Adopt a changed quota configuration, keeping live reservations counted."""
+        ...
+
+    async def usage(
+        self, queue_or_cohort: str, flavor: str, resource: str, *, now: float | None = None
+    ) -> int:
+        """What a queue (or, if no queue has the name, a cohort) holds now."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def clock(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def check_amounts(amounts: Mapping[str, int]) -> None:
+    """Refuse what neither ledger could count (the same check for both)."""
+    if not amounts:
+        raise ValueError("a reservation needs at least one resource")
+    for resource, amount in amounts.items():
+        if resource not in RATE_RESOURCES and resource not in BUDGET_RESOURCES:
+            raise ValueError(f"{resource!r} is not a rate or budget resource")
+        _check_amount(resource, amount)
+
+
+def check_actual(grant: Grant, actual: Mapping[str, int]) -> dict[str, int]:
+    """The grant's resources with what was used (left out: the estimate stands)."""
+    used = {r: actual[r] for r in grant.amounts if r in actual}
+    for resource, amount in used.items():
+        _check_amount(resource, amount)
+    return used
+
+
+def _check_amount(resource: str, amount: int) -> None:
+    if not 0 <= amount <= MAX_AMOUNT:
+        raise ValueError(f"{resource}: {amount} is not between 0 and {MAX_AMOUNT}")
+
+
+def to_milli(amounts: Mapping[str, int]) -> dict[str, int]:
+    return {resource: amount * MILLI for resource, amount in amounts.items()}
+
+
+def to_units(milli: int) -> int:
+    """Milli-units to whole units, rounding down (what is left is never overstated)."""
+    return milli // MILLI

@@ -1,0 +1,120 @@
+"""The in-process ledger behind the async interface (one replica, one event loop).
+
+All the arithmetic is :class:`quota.ledger.InProcessLedger`'s; this adds whole
+units, the grant's ``remaining``/``reset_after`` and settle-once. No locks: every
+method runs to completion without awaiting, so calls never interleave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from gateway.ledgers.base import (
+    Grant,
+    Refusal,
+    UnknownQueueError,
+    check_actual,
+    check_amounts,
+    clock,
+    to_milli,
+    to_units,
+)
+from quota.ledger import InProcessLedger, Reservation
+from quota.model import QuotaConfig
+from quota.resources import FlavorResource
+from quota.tree import potential_available
+
+__all__ = ["MemoryLedger"]
+
+_FIRST_SWEEP = 1024
+
+
+class MemoryLedger:
+    """:class:`~gateway.ledgers.base.Ledger` on one process's memory."""
+
+    def __init__(self, config: QuotaConfig) -> None:
+        self._ledger = InProcessLedger(config)
+        # Grants not yet settled, by id. Swept of the fully expired ones whenever it
+        # doubles, so unsettled grants (a crashed call) cannot pile up.
+        self._open: dict[str, Reservation] = {}
+        self._sweep_at = _FIRST_SWEEP
+
+    async def reserve(
+        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+    ) -> Grant | Refusal:
+        at = clock(now)
+        check_amounts(amounts)
+        self._queue(queue)
+        result = self._ledger.reserve(queue, flavor, to_milli(amounts), at)
+        if isinstance(result, Refusal):
+            return _in_units(result)
+        grant_id = str(result.id)
+        self._open[grant_id] = result
+        self._sweep()
+        return Grant(
+            id=grant_id,
+            queue=queue,
+            flavor=flavor,
+            amounts=dict(amounts),
+            remaining={r: to_units(self._ledger.available(queue, flavor, r, at)) for r in amounts},
+            reset_after={r: self._ledger.reset_after(flavor, r, at) for r in amounts},
+        )
+
+    async def reconcile(
+        self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
+    ) -> None:
+        used = check_actual(grant, actual)
+        reservation = self._open.pop(grant.id, None)
+        if reservation is not None:
+            self._ledger.reconcile(reservation, to_milli(used), clock(now))
+
+    async def release(self, grant: Grant, *, now: float | None = None) -> None:
+        await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
+
+    def limit(self, queue: str, flavor: str, resource: str) -> int:
+        node = self._ledger.state.queues.get(queue)
+        if node is None:
+            raise UnknownQueueError(queue)
+        return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
+
+    def covers(self, queue: str, flavor: str, resource: str) -> bool:
+        node = self._ledger.state.queues.get(queue)
+        return node is not None and FlavorResource(flavor, resource) in node.quotas
+
+    async def update_config(self, config: QuotaConfig, *, now: float | None = None) -> None:
+        self._ledger.rebuild(config, clock(now))
+
+    async def usage(
+        self, queue_or_cohort: str, flavor: str, resource: str, *, now: float | None = None
+    ) -> int:
+        at = clock(now)
+        state = self._ledger.state
+        if queue_or_cohort in state.queues:
+            return to_units(self._ledger.usage(queue_or_cohort, flavor, resource, at))
+        if queue_or_cohort in state.cohorts:
+            return to_units(self._ledger.cohort_usage(queue_or_cohort, flavor, resource, at))
+        raise UnknownQueueError(queue_or_cohort)
+
+    async def aclose(self) -> None:
+        return None
+
+    def _queue(self, queue: str) -> None:
+        if queue not in self._ledger.state.queues:
+            raise UnknownQueueError(queue)
+
+    def _sweep(self) -> None:
+        if len(self._open) < self._sweep_at:
+            return
+        # An empty ``expires`` means every resource expired: nothing left to settle.
+        self._open = {gid: r for gid, r in self._open.items() if r.expires}
+        self._sweep_at = max(_FIRST_SWEEP, 2 * len(self._open))
+
+
+def _in_units(refusal: Refusal) -> Refusal:
+    return dataclasses.replace(
+        refusal,
+        requested=to_units(refusal.requested),
+        available=to_units(refusal.available),
+        remaining={r: to_units(v) for r, v in refusal.remaining.items()},
+    )

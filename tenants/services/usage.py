@@ -1,0 +1,145 @@
+"""Usage records: written in batches (one multi-row INSERT each) and read back as a
+tenant's daily totals per model.
+
+:class:`UsageRecord` is the plain value the gateway's hot path builds for every
+inference call; it lives here, not in the gateway, because ``tenants`` owns the
+schema and never imports ``gateway``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import case, func, insert
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel.sql.expression import Select
+
+from tenants.models import UsageRecordRow
+from tenants.models._base import utcnow
+
+__all__ = ["UsageDay", "UsageRecord", "insert_usage", "usage_summary"]
+
+# PostgreSQL takes at most 32767 bind parameters per statement (SQLite since 3.32,
+# 32766): a batch larger than that is split into several INSERTs.
+_MAX_PARAMETERS = 30_000
+_MAX_INT = 2**31 - 1  # the INTEGER columns
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRecord:
+    """One inference call: who made it, for what, what it used and how it went."""
+
+    tenant: str
+    principal: str
+    queue: str
+    model: str
+    flavor: str
+    status: int  # the HTTP status the caller got
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int = 0
+    streamed: bool = False
+    api_key_id: str | None = None  # None for OIDC callers
+    endpoint: str | None = None  # the upstream base URL, if the call reached one
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageDay:
+    """One tenant's use of one model on one UTC day."""
+
+    day: date
+    model: str
+    requests: int
+    errors: int  # calls answered with an HTTP status >= 400
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+# Each text column's length.
+_LENGTHS: dict[str, int] = {
+    c.name: c.type.length
+    for c in UsageRecordRow.__table__.columns  # type: ignore[attr-defined]
+    if isinstance(getattr(c.type, "length", None), int)
+}
+
+
+def _text(value: str | None, column: str) -> str | None:
+    """Cut to the column's length: PostgreSQL refuses a longer value, and one bad
+    record must not fail (and so hold back) the whole batch it is written with."""
+    return None if value is None else value[: _LENGTHS[column]]
+
+
+def _count(value: int) -> int:
+    return min(max(int(value), 0), _MAX_INT)
+
+
+def _row(record: UsageRecord) -> dict[str, Any]:
+    created = record.created_at
+    # A naive timestamp is taken as UTC rather than refused: see _text.
+    created = created.replace(tzinfo=UTC) if created.tzinfo is None else created.astimezone(UTC)
+    return {
+        "tenant": _text(record.tenant, "tenant"),
+        "api_key_id": _text(record.api_key_id, "api_key_id"),
+        "principal": _text(record.principal, "principal"),
+        "queue": _text(record.queue, "queue"),
+        "model": _text(record.model, "model"),
+        "flavor": _text(record.flavor, "flavor"),
+        "endpoint": _text(record.endpoint, "endpoint"),
+        "prompt_tokens": _count(record.prompt_tokens),
+        "completion_tokens": _count(record.completion_tokens),
+        "latency_ms": _count(record.latency_ms),
+        "status": _count(record.status),
+        "streamed": bool(record.streamed),
+        "created_at": created,
+        "day": created.date(),
+    }
+
+
+async def insert_usage(session: AsyncSession, records: Sequence[UsageRecord]) -> None:
+    """Add ``records`` with one multi-row INSERT (more only past the database's limit
+    on bind parameters). The caller's session owns the transaction."""
+    if not records:
+        return
+    rows = [_row(r) for r in records]
+    per_statement = max(1, _MAX_PARAMETERS // len(rows[0]))
+    for start in range(0, len(rows), per_statement):
+        await session.exec(insert(UsageRecordRow).values(rows[start : start + per_statement]))
+
+
+async def usage_summary(
+    session: AsyncSession, tenant: str, *, start: date, end: date, model: str | None = None
+) -> list[UsageDay]:
+    """``tenant``'s use per UTC day and model from ``start`` to ``end`` (both
+    included), oldest day first; computed by the database."""
+    day, name = col(UsageRecordRow.day), col(UsageRecordRow.model)
+    # SUM of INTEGER is BIGINT on PostgreSQL: no overflow however many calls a day has.
+    prompt = func.sum(col(UsageRecordRow.prompt_tokens))
+    completion = func.sum(col(UsageRecordRow.completion_tokens))
+    # sqlmodel's select() takes at most four columns; its Select class takes any number.
+    columns: Select[date, str, int, int, int, int, int] = Select(
+        day,
+        name,
+        func.count(),
+        func.sum(case((col(UsageRecordRow.status) >= 400, 1), else_=0)),
+        prompt,
+        completion,
+        prompt + completion,
+    )
+    query = (
+        columns.where(col(UsageRecordRow.tenant) == tenant, day >= start, day <= end)
+        .group_by(day, name)
+        .order_by(day, name)
+    )
+    if model is not None:
+        query = query.where(name == model)
+    rows = (await session.exec(query)).all()
+    return [
+        UsageDay(d, m, int(requests), int(errors), int(p), int(c), int(total))
+        for d, m, requests, errors, p, c, total in rows
+    ]
