@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -39,8 +40,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,13 +214,26 @@ def redis_url() -> Iterator[str]:
         return
     if shutil.which("redis-server") is None:
         raise BenchError("REDIS_URL is not set and redis-server is not installed")
-    sys.path.insert(0, str(ROOT))
-    try:
-        from tests.support.redis import redis_server
-    except ImportError:
-        redis_server = _own_redis_server
-    with redis_server() as url:
+    with _tests_redis_server()() as url:
         yield url
+
+
+def _tests_redis_server() -> Callable[[], AbstractContextManager[str]]:
+    """``redis_server`` of tests/support/redis.py, loaded from its file (``tests`` is not
+    an installed package); this module's own small one if that cannot be loaded."""
+    path = ROOT / "tests" / "support" / "redis.py"
+    spec = importlib.util.spec_from_file_location("_ignara_tests_redis", path)
+    if spec is None or spec.loader is None:
+        return _own_redis_server
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (ImportError, OSError):  # no such file, or pytest is not installed
+        del sys.modules[spec.name]
+        return _own_redis_server
+    server: Callable[[], AbstractContextManager[str]] = module.redis_server
+    return server
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from gateway.backends import Backend, LocalBackend
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.service import InferenceService
-from gateway.ledgers import create_ledger
+from gateway.ledgers import LedgerUnavailableError, create_ledger
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
@@ -112,7 +112,8 @@ class Services:
             settings=inference,
         )
         if self.inference is None:
-            ledger = create_ledger(self.settings.inference.redis_url, quota)
+            settings = self.settings.inference
+            ledger = create_ledger(settings.redis_url, quota, prefix=settings.ledger_prefix)
             self.inference = InferenceService(
                 ledger=ledger,
                 client=self.upstreams,
@@ -121,10 +122,16 @@ class Services:
                 catalog=catalog,
             )
         else:
-            await self.inference.ledger.update_config(quota)
             self.inference.catalog = catalog
         if self.health is not None:
             self.health.registry = registry
+        try:
+            await self.inference.ledger.update_config(quota)
+        except LedgerUnavailableError as err:
+            # The config is stored and served; the shared ledger learns it when it is
+            # back: leaving the version unset makes the watcher reload again.
+            log.error("the token ledger did not take the new config (will retry): %s", err)
+            return
         self.config_version = version
 
     async def watch_config(self, interval: float = 1.0) -> None:

@@ -60,6 +60,9 @@ class InferenceSettings:
     # A Redis shared by every replica holds the token ledger (REDIS_URL); without
     # one, each process keeps its own (right for a single gateway).
     redis_url: str | None = None
+    # Keys in that Redis start with this (IGNARA_LEDGER_PREFIX): gateways that must
+    # share quotas share a prefix; separate deployments on one Redis do not.
+    ledger_prefix: str = "ignara"
     connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
@@ -108,6 +111,7 @@ class Settings:
             ),
             inference=InferenceSettings(
                 redis_url=env.get("REDIS_URL") or None,
+                ledger_prefix=env.get("IGNARA_LEDGER_PREFIX", InferenceSettings.ledger_prefix),
                 connect_timeout=float(
                     env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)
                 ),

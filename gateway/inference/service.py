@@ -41,7 +41,7 @@ from gateway.inference.registry import ModelRoute
 from gateway.inference.sse import StreamAccountant, error_event
 from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
 from gateway.inference.waiting import WaitLine
-from gateway.ledgers import Grant, Ledger, Refusal
+from gateway.ledgers import Grant, Ledger, LedgerUnavailableError, Refusal
 from gateway.policy import Decision, PolicyEngine
 from gateway.usage import UsageRecord, UsageRecorder
 
@@ -221,12 +221,25 @@ class InferenceService:
         resources = [r for r in INFERENCE_RESOURCES if self.ledger.covers(queue, flavor, r)]
         amounts = amounts_for(resources, call.estimate)
         max_wait = catalog.max_wait.get(queue)
-        if max_wait is not None and self.waiting.waiting(queue, flavor):
-            result: Grant | Refusal = await self._wait(queue, flavor, amounts, max_wait, headers)
-        else:
-            result = await self.ledger.reserve(queue, flavor, amounts)
-            if isinstance(result, Refusal) and max_wait is not None:
-                result = await self._wait(queue, flavor, amounts, max_wait, headers)
+        try:
+            if max_wait is not None and self.waiting.waiting(queue, flavor):
+                result: Grant | Refusal = await self._wait(
+                    queue, flavor, amounts, max_wait, headers
+                )
+            else:
+                result = await self.ledger.reserve(queue, flavor, amounts)
+                if isinstance(result, Refusal) and max_wait is not None:
+                    result = await self._wait(queue, flavor, amounts, max_wait, headers)
+        except LedgerUnavailableError as err:
+            # Fail closed: without the shared ledger no quota can be checked.
+            log.error("the token ledger is unavailable: %s", err)
+            raise InferenceError(
+                503,
+                "api_error",
+                "the quota ledger is unavailable; retry shortly",
+                code="ledger_unavailable",
+                headers={"retry-after": "1"},
+            ) from None
         if isinstance(result, Refusal):
             raise InferenceError(
                 429,
@@ -343,7 +356,7 @@ class InferenceService:
         actual = amounts_for(grant.amounts, prompt + completion)
         try:
             await self.ledger.reconcile(grant, actual)
-        except (OSError, ConnectionError) as err:  # the ledger's store is unreachable
+        except LedgerUnavailableError as err:  # it expires with its window instead
             log.error("cannot reconcile reservation %s: %s", grant.id, err)
         if prompt + completion < context.call.estimate:
             self.waiting.notify(context.queue, grant.flavor)
@@ -353,7 +366,7 @@ class InferenceService:
         """The call produced nothing: the whole reservation goes back."""
         try:
             await self.ledger.release(context.grant)
-        except (OSError, ConnectionError) as err:
+        except LedgerUnavailableError as err:
             log.error("cannot release reservation %s: %s", context.grant.id, err)
         self.waiting.notify(context.queue, context.grant.flavor)
         self._record(context, status, 0, 0, endpoint, context.call.stream)

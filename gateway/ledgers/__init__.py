@@ -7,7 +7,13 @@ URL is configured, else the in-process :class:`MemoryLedger`; both implement
 
 from __future__ import annotations
 
-from gateway.ledgers.base import Grant, Ledger, Refusal, UnknownQueueError
+from gateway.ledgers.base import (
+    Grant,
+    Ledger,
+    LedgerUnavailableError,
+    Refusal,
+    UnknownQueueError,
+)
 from gateway.ledgers.memory import MemoryLedger
 from gateway.ledgers.redis_ledger import RedisLedger
 from quota.model import QuotaConfig
@@ -15,6 +21,7 @@ from quota.model import QuotaConfig
 __all__ = [
     "Grant",
     "Ledger",
+    "LedgerUnavailableError",
     "MemoryLedger",
     "RedisLedger",
     "Refusal",

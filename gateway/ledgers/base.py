@@ -26,6 +26,7 @@ __all__ = [
     "MAX_AMOUNT",
     "Grant",
     "Ledger",
+    "LedgerUnavailableError",
     "Refusal",
     "UnknownQueueError",
     "check_actual",
@@ -51,6 +52,14 @@ class UnknownQueueError(KeyError):
         return f"unknown cluster queue {self.queue!r}"
 
 
+class LedgerUnavailableError(Exception):
+    """The shared ledger cannot be reached or answered wrongly.
+
+    Raised instead of the store's own errors (Redis, sockets, timeouts), which it
+    chains as ``__cause__``, so callers need not know what the ledger runs on. Whether
+    a reservation or settlement happened is then unknown."""
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """A live reservation (amounts in tokens or requests)."""
@@ -71,6 +80,12 @@ class Ledger(Protocol):
     ``now`` (seconds since the epoch) defaults to :func:`time.time`; tests pass it.
     Unknown queues raise :class:`UnknownQueueError`; resources other than rates and
     budgets, negative amounts and an empty reservation raise :class:`ValueError`.
+    A shared ledger whose store cannot be reached, times out or answers wrongly raises
+    :class:`LedgerUnavailableError` from every method that talks to the store (all
+    the ``async`` ones): the caller decides whether to refuse the call or let it
+    through unmetered, and a failed :meth:`reconcile` or :meth:`release` leaves the
+    estimate charged until its window or period ends. The in-process ledger never
+    raises it.
     """
 
     async def reserve(

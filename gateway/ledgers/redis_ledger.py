@@ -8,9 +8,14 @@ the usage every earlier one left. The key layout is described in
 
 Only usage lives in Redis. The static part of the tree (each node on a queue's
 path with its guaranteed quota, subtree quota and borrowing limit) comes from the
-quota configuration in Python, is cached per (queue, flavor, resources) and sent
-with each call; :meth:`RedisLedger.update_config` replaces it and re-charges
-what is live into the new tree.
+quota configuration in Python, is encoded once per (queue, flavor, resources) as
+one JSON string (see ``lua/common.lua``) and sent with each call next to the few
+items that change (now, amounts, expiries, the grant id); the keys are cached with
+it for as long as the budgets' periods last. :meth:`RedisLedger.update_config`
+replaces it and re-charges what is live into the new tree.
+
+Redis errors, socket errors and timeouts (also waiting for a free connection of
+the pool) come out as :class:`~gateway.ledgers.base.LedgerUnavailableError`.
 
 Times are the callers' clocks (``now``): replicas should agree to well under a
 second (NTP). Key TTLs are only a safety net and are relative, so the Redis
@@ -19,28 +24,38 @@ server's clock does not matter.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
     Grant,
+    LedgerUnavailableError,
     Refusal,
     UnknownQueueError,
     check_actual,
     check_amounts,
     clock,
-    to_milli,
     to_units,
 )
 from quota.cache import ClusterState
-from quota.ledger import BUDGET_RESOURCES, RATE_RESOURCES, RETRY_WALK_LIMIT, period_end
+from quota.ledger import (
+    BUDGET_RESOURCES,
+    RATE_RESOURCES,
+    RATE_WINDOW_SECONDS,
+    RETRY_WALK_LIMIT,
+    period_end,
+)
 from quota.model import QuotaConfig, iter_quotas
-from quota.resources import FlavorResource
+from quota.resources import MILLI, FlavorResource
 from quota.tree import ResourceNode, path_to_root, potential_available
 
 __all__ = ["RedisLedger"]
@@ -49,18 +64,36 @@ __all__ = ["RedisLedger"]
 # delete what they are done with), generous enough for clock skew between replicas.
 KEY_MARGIN_SECONDS = 3600
 
+# A path's cached budget keys are used until this many seconds before the earliest
+# period end, and recomputed with quota.ledger.period_end from then on: it reads
+# ``now`` to the microsecond (rounding), so right at the end it may already answer
+# with the next period.
+_PERIOD_EDGE = 0.001
+
+# The static part of a reconcile whose queue left the configuration: only settle.
+_SETTLE_ONLY = b'{"n":[],"r":[]}'
+
+_STORE_ERRORS = (RedisError, OSError, TimeoutError)
+
 
 def _script(name: str) -> str:
     lua = files("gateway.ledgers") / "lua"
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Path:
-    """The static part of one queue's path for some resources of one flavor."""
+    """What every call for some resources of one flavor on one queue's path sends."""
 
-    nodes: tuple[str, ...]  # "q:<queue>", then "c:<cohort>" up to the root
-    rows: dict[str, tuple[str, ...]]  # resource -> per depth: guaranteed, subtree, limit
+    flavor: str
+    resources: tuple[str, ...]
+    static: bytes  # ARGV[1] of reserve.lua and reconcile.lua (JSON, see lua/common.lua)
+    # For ``now`` in [since, until): per resource its state and expiry keys, and its
+    # period end (a budget; "" for a rate, whose expiry is now + the window).
+    keys: tuple[bytes, ...] = ()
+    ends: tuple[str, ...] = ()
+    since: float = math.inf
+    until: float = -math.inf
 
 
 class RedisLedger:
@@ -87,15 +120,41 @@ class RedisLedger:
         self._state = ClusterState.build(config)
         self._paths: dict[tuple[str, str, tuple[str, ...]], _Path] = {}
         self._tag = "{" + prefix + "}"
+        self._seq = f"{self._tag}:seq".encode()
         self._reserve = client.register_script(_script("reserve"))
         self._reconcile = client.register_script(_script("reconcile"))
         self._usage = client.register_script(_script("usage"))
         self._rebuild = client.register_script(_script("rebuild"))
 
     @classmethod
-    def from_url(cls, url: str, config: QuotaConfig, *, prefix: str = "ignara") -> RedisLedger:
-        client = Redis.from_url(url, decode_responses=True)
-        return cls(client, config, prefix=prefix, owns_client=True)
+    def from_url(
+        cls,
+        url: str,
+        config: QuotaConfig,
+        *,
+        prefix: str = "ignara",
+        max_connections: int = 256,
+        timeout: float | None = 5.0,
+        socket_connect_timeout: float | None = 5.0,
+        socket_timeout: float | None = None,
+    ) -> RedisLedger:
+        """A ledger on its own pool of at most ``max_connections`` connections.
+
+        A call that finds them all busy waits up to ``timeout`` seconds for one (None:
+        for ever) rather than failing at once, so any number of concurrent calls is
+        fine. ``socket_connect_timeout`` and ``socket_timeout`` (each read; None: no
+        limit) bound how long an unreachable or hung server can hold a call. Options
+        in the URL's query string (``?socket_timeout=2``) win over these.
+        """
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            socket_timeout=socket_timeout,
+            decode_responses=True,
+        )
+        return cls(Redis.from_pool(pool), config, prefix=prefix, owns_client=True)
 
     # -- the Ledger protocol --------------------------------------------------------------
 
@@ -106,46 +165,44 @@ class RedisLedger:
         check_amounts(amounts)
         resources = tuple(amounts)
         path = self._path(queue, flavor, resources)
-        keys = [f"{self._tag}:seq"]
-        args: list[str | int] = [f"{self._tag}:res:", repr(at), queue, flavor]
-        args += [len(path.nodes), len(resources), RETRY_WALK_LIMIT, KEY_MARGIN_SECONDS]
-        args += path.nodes
-        for resource, amount in to_milli(amounts).items():
-            expiry = period_end(resource, at)
-            keys += self._keys(flavor, resource, expiry)
-            args += [resource, amount, repr(expiry), _kind(resource), *path.rows[resource]]
-        reply = await self._run(self._reserve, keys, args)
-        if int(reply[0]) == 1:
-            return Grant(
-                id=str(reply[1]),
-                queue=queue,
-                flavor=flavor,
-                amounts=dict(amounts),
-                remaining=_remaining(resources, reply[2:]),
-                reset_after=_reset_after(resources, reply[2:]),
-            )
-        return self._refusal(flavor, amounts, resources, reply)
+        if not path.since <= at < path.until:
+            self._refresh(path, at)
+        rate_end = repr(at + RATE_WINDOW_SECONDS)  # quota.ledger.period_end of a rate
+        args: list[EncodableT] = [path.static, repr(at)]
+        for amount, end in zip(amounts.values(), path.ends, strict=True):
+            args += (amount * MILLI, end or rate_end)
+        reply = await self._run(self._reserve, (self._seq, *path.keys), args)
+        try:
+            if int(reply[0]) == 1:
+                return Grant(
+                    id=str(reply[1]),
+                    queue=queue,
+                    flavor=flavor,
+                    amounts=dict(amounts),
+                    remaining=_remaining(resources, reply[2:]),
+                    reset_after=_reset_after(resources, reply[2:]),
+                )
+            return self._refusal(flavor, amounts, resources, reply)
+        except (LookupError, TypeError, ValueError) as err:
+            raise LedgerUnavailableError(f"unexpected reply to a reservation: {reply!r}") from err
 
     async def reconcile(
         self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
     ) -> None:
         at = clock(now)
-        used = to_milli(check_actual(grant, actual))
-        resources = tuple(grant.amounts)
-        keys = [f"{self._tag}:res:{grant.id}"]
-        args: list[str | int] = [grant.id, repr(at)]
-        path = self._path_if_known(grant.queue, grant.flavor, resources)
+        used = check_actual(grant, actual)
+        record = f"{self._tag}:res:{grant.id}"
+        path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
         if path is None:  # the queue left the configuration: only settle
-            await self._run(self._reconcile, keys, [*args, 0, 0])
+            await self._run(self._reconcile, (record,), (_SETTLE_ONLY, grant.id, repr(at)))
             return
-        args += [len(path.nodes), len(resources), *path.nodes]
-        for resource in resources:
-            expiry = period_end(resource, at)
-            keys += self._keys(grant.flavor, resource, expiry)
-            budget_end = "" if resource in RATE_RESOURCES else repr(expiry)
-            actual_arg = str(used[resource]) if resource in used else ""
-            args += [resource, actual_arg, _kind(resource), budget_end, *path.rows[resource]]
-        await self._run(self._reconcile, keys, args)
+        if not path.since <= at < path.until:
+            self._refresh(path, at)
+        args: list[EncodableT] = [path.static, grant.id, repr(at)]
+        for resource, end in zip(path.resources, path.ends, strict=True):
+            amount = used.get(resource)
+            args += ("" if amount is None else amount * MILLI, end)
+        await self._run(self._reconcile, (record, *path.keys), args)
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
@@ -189,18 +246,27 @@ class RedisLedger:
             raise UnknownQueueError(queue_or_cohort)
         keys = self._keys(flavor, resource, period_end(resource, at))
         reply = await self._run(self._usage, keys, [repr(at), node, _kind(resource)])
-        return to_units(int(reply))
+        try:
+            return to_units(int(reply))
+        except (TypeError, ValueError) as err:
+            raise LedgerUnavailableError(f"unexpected reply to usage: {reply!r}") from err
 
     async def aclose(self) -> None:
         if self._owns_client:
-            await self._redis.aclose()
+            try:
+                await self._redis.aclose()
+            except _STORE_ERRORS as err:
+                raise LedgerUnavailableError(f"closing the Redis client: {err}") from err
 
     # -- internals -------------------------------------------------------------------------
 
     async def _run(
-        self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]
+        self, script: AsyncScript, keys: Sequence[KeyT], args: Sequence[EncodableT]
     ) -> Any:
-        return await script(keys=keys, args=args)
+        try:
+            return await script(keys=keys, args=args)
+        except _STORE_ERRORS as err:
+            raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
         """The state and expiry keys of a flavor-resource; a budget's state is per period."""
@@ -209,6 +275,26 @@ class RedisLedger:
         if resource not in RATE_RESOURCES:
             state += f"@{int(expiry)}"
         return [state, f"{self._tag}:exp:{base}"]
+
+    def _refresh(self, path: _Path, at: float) -> None:
+        """Compute the path's keys and period ends for ``at``, and for how long they hold.
+
+        A rate's keys never change. A budget's hold from ``at`` until its period ends
+        (less :data:`_PERIOD_EDGE`): periods are intervals and ``period_end`` grows
+        with ``now``, so every ``now`` in between is in the same period as ``at``."""
+        keys: list[bytes] = []
+        ends: list[str] = []
+        since, until = -math.inf, math.inf
+        for resource in path.resources:
+            if resource in RATE_RESOURCES:
+                end, ends_at = 0.0, ""
+            else:
+                end = period_end(resource, at)
+                ends_at = repr(end)
+                since, until = at, min(until, end - _PERIOD_EDGE)
+            keys += (key.encode() for key in self._keys(path.flavor, resource, end))
+            ends.append(ends_at)
+        path.keys, path.ends, path.since, path.until = tuple(keys), tuple(ends), since, until
 
     def _queue(self, queue: str) -> ResourceNode:
         node = self._state.queues.get(queue)
@@ -226,7 +312,9 @@ class RedisLedger:
         key = (queue, flavor, resources)
         path = self._paths.get(key)
         if path is None:
-            path = self._paths[key] = _static_path(self._queue(queue), flavor, resources)
+            node = self._queue(queue)
+            static = _static_path(node, flavor, resources, f"{self._tag}:res:")
+            path = self._paths[key] = _Path(flavor, resources, static)
         return path
 
     def _refusal(
@@ -246,23 +334,32 @@ class RedisLedger:
         )
 
 
-def _static_path(queue: ResourceNode, flavor: str, resources: tuple[str, ...]) -> _Path:
+def _static_path(
+    queue: ResourceNode, flavor: str, resources: tuple[str, ...], record_prefix: str
+) -> bytes:
+    """The JSON of a call's static part (lua/common.lua): one string for every call."""
     path = path_to_root(queue)
-    nodes = tuple(("q:" if depth == 0 else "c:") + node.name for depth, node in enumerate(path))
-    rows: dict[str, tuple[str, ...]] = {}
+    wants: list[dict[str, Any]] = []
     for resource in resources:
         fr = FlavorResource(flavor, resource)
-        row: list[str] = []
+        rows: list[dict[str, int]] = []
         for node in path:
+            row = {"g": node.guaranteed.get(fr, 0), "sub": node.subtree_quota.get(fr, 0)}
             quota = node.quotas.get(fr)
-            limit = None if quota is None else quota.borrowing_limit
-            row += [
-                str(node.guaranteed.get(fr, 0)),
-                str(node.subtree_quota.get(fr, 0)),
-                "" if limit is None else str(limit),
-            ]
-        rows[resource] = tuple(row)
-    return _Path(nodes, rows)
+            if quota is not None and quota.borrowing_limit is not None:
+                row["bl"] = quota.borrowing_limit
+            rows.append(row)
+        wants.append({"name": resource, "rate": resource in RATE_RESOURCES, "path": rows})
+    static = {
+        "p": record_prefix,
+        "q": queue.name,
+        "f": flavor,
+        "w": RETRY_WALK_LIMIT,
+        "m": KEY_MARGIN_SECONDS,
+        "n": [("q:" if depth == 0 else "c:") + node.name for depth, node in enumerate(path)],
+        "r": wants,
+    }
+    return json.dumps(static, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _field(node: ResourceNode, state: ClusterState) -> str:

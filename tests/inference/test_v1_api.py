@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -97,12 +99,19 @@ async def upstream() -> AsyncIterator[FakeOpenAI]:
         yield fake
 
 
-@pytest.fixture
-async def gateway(settings: Settings, upstream: FakeOpenAI) -> AsyncIterator[Gateway]:
+@asynccontextmanager
+async def running_gateway(
+    settings: Settings, upstream: FakeOpenAI, redis_url: str | None
+) -> AsyncIterator[Gateway]:
+    """A gateway over real HTTP with the test config applied and a key per tenant."""
     settings = dataclasses.replace(
         settings,
         inference=InferenceSettings(
-            first_byte_timeout=1.0, total_timeout=5.0, health_interval=3600
+            redis_url=redis_url,
+            ledger_prefix=f"test-{uuid.uuid4().hex}",
+            first_byte_timeout=1.0,
+            total_timeout=5.0,
+            health_interval=3600,
         ),
     )
     app = create_app(settings)
@@ -125,9 +134,21 @@ async def gateway(settings: Settings, upstream: FakeOpenAI) -> AsyncIterator[Gat
             keys[tenant] = made.json()["token"]
         keys["admin"] = ADMIN_KEY
         gateway = Gateway(url, services, keys, upstream)
+        try:
+            yield gateway
+        finally:
+            for client in gateway.clients:
+                await client.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def gateway(
+    request: pytest.FixtureRequest, settings: Settings, upstream: FakeOpenAI
+) -> AsyncIterator[Gateway]:
+    """The gateway with its in-process ledger, and with one in a real Redis."""
+    redis_url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    async with running_gateway(settings, upstream, redis_url) as gateway:
         yield gateway
-        for client in gateway.clients:
-            await client.close()
 
 
 CHAT = [{"role": "user", "content": "say three words"}]
@@ -408,3 +429,15 @@ async def test_usage_records_reach_the_usage_api(gateway: Gateway) -> None:
     assert days["fake-model"]["completion_tokens"] == 5
     assert days["fake-embed"]["total_tokens"] == 3
     assert theirs.json()["days"] == []
+
+
+async def test_an_unreachable_ledger_fails_closed_with_503(
+    settings: Settings, upstream: FakeOpenAI
+) -> None:
+    async with running_gateway(settings, upstream, "redis://127.0.0.1:1/0") as gateway:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await gateway.client("alpha").chat.completions.create(model="fake-model", messages=CHAT)
+    assert caught.value.status_code == 503
+    assert caught.value.response.headers["retry-after"] == "1"
+    assert caught.value.response.json()["error"]["code"] == "ledger_unavailable"
+    assert upstream.total_requests == 0

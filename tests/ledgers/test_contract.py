@@ -211,6 +211,15 @@ CASES: dict[str, Case] = {
             Usage("a", TPD, 1, at=MIDNIGHT),
         ]
     ),
+    "a budget's period lasts to its very end": Case(
+        [
+            Reserve("a", {TPD: 10_000}, remaining={TPD: 0}),
+            Reserve("a", {TPD: 1}, at=MIDNIGHT - 0.002, refused_by=org(TPD)),
+            Reserve("a", {TPD: 1}, at=MIDNIGHT - 1e-6, refused_by=org(TPD)),
+            Reserve("a", {TPD: 1}, at=MIDNIGHT, remaining={TPD: 9999}),
+            Reserve("a", {TPD: 1}, at=MIDNIGHT + 1e-6, remaining={TPD: 9998}),
+        ]
+    ),
     "a month budget resets when the month ends": Case(
         [
             Reserve("b", {TPMONTH: 200_000}),

@@ -1,5 +1,7 @@
-"""What only the Redis ledger promises: one round trip per call, correctness when
-replicas race, and keys that clean up after themselves."""
+"""What only the Redis ledger promises: one round trip per call with few arguments,
+correctness when replicas race, keys that clean up after themselves, any number of
+concurrent calls on a bounded pool, and LedgerUnavailableError for whatever goes
+wrong with Redis."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import random
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError, ResponseError
 
-from gateway.ledgers import Grant, RedisLedger
+from gateway.ledgers import Grant, LedgerUnavailableError, RedisLedger
 from quota.ledger import period_end
-from tests.ledgers.configs import POOL, T0, TPD, TPM, team
+from tests.ledgers.configs import MIDNIGHT, POOL, RPM, T0, TPD, TPM, team
 from tests.support.redis import unique_prefix
 
 
@@ -25,20 +28,30 @@ async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.M
         assert isinstance(warm, Grant)
         await ledger.reconcile(warm, {TPM: 1}, now=T0)
         sent: list[Any] = []
+        lengths: list[int] = []
         execute: Any = client.execute_command  # redis-py leaves it untyped
 
         async def counting(*args: Any, **options: Any) -> Any:
             sent.append(args[0])
+            lengths.append(len(args))
             return await execute(*args, **options)
 
         monkeypatch.setattr(client, "execute_command", counting)
-        grant = await ledger.reserve("a", POOL, {TPM: 100, TPD: 100}, now=T0)
+        grant = await ledger.reserve("a", POOL, {TPM: 100, RPM: 1, TPD: 100}, now=T0)
         refused = await ledger.reserve("a", POOL, {TPM: 5000}, now=T0)
         assert isinstance(grant, Grant) and not isinstance(refused, Grant)
         assert sent == ["EVALSHA", "EVALSHA"]
         await ledger.reconcile(grant, {TPM: 50}, now=T0 + 1)
         await ledger.release(grant, now=T0 + 2)
         assert sent == ["EVALSHA"] * 4
+        # EVALSHA, sha, key count; the counter's (or the record's) key and two keys per
+        # resource; one argument for all that is static, now (and the grant's id), and
+        # two arguments per resource
+        assert lengths == [
+            3 + 1 + 2 * 3 + 2 + 2 * 3,
+            3 + 1 + 2 + 2 + 2,
+            *[3 + 1 + 2 * 3 + 3 + 2 * 3] * 2,
+        ]
     finally:
         await ledger.aclose()
 
@@ -68,6 +81,122 @@ async def test_keys_share_one_hash_tag_and_go_when_done(redis_url: str) -> None:
         # the rate's keys emptied and so vanished; this period's budget remains
         left = {key async for key in client.scan_iter(match=f"{tag}*")}
         assert left == {f"{tag}:seq", f"{tag}:fr:{POOL}|{TPD}@{midnight}"}
+    finally:
+        await ledger.aclose()
+
+
+async def test_budget_keys_follow_period_end_to_the_microsecond(redis_url: str) -> None:
+    """A path's budget keys are cached until just before the period ends; from then on
+    each call asks quota.ledger.period_end, which rounds ``now`` to the microsecond."""
+    prefix = unique_prefix("period")
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
+    tag = "{" + prefix + "}"
+    try:
+        for at in (0.0, MIDNIGHT - 0.002, MIDNIGHT - 1e-6, MIDNIGHT - 3e-7, MIDNIGHT, 1e5):
+            grant = await ledger.reserve("a", POOL, {TPD: 1}, now=T0 + at)
+            assert isinstance(grant, Grant)
+            end = int(period_end(TPD, T0 + at))
+            assert await client.hget(f"{tag}:fr:{POOL}|{TPD}@{end}", "u:q:a"), at
+    finally:
+        await ledger.aclose()
+
+
+async def test_many_concurrent_calls_wait_for_a_free_connection(redis_url: str) -> None:
+    """600 calls in flight on a pool of 8 connections: they queue, none fails."""
+    ledger = RedisLedger.from_url(
+        redis_url, team(), prefix=unique_prefix("pool"), max_connections=8
+    )
+
+    async def call() -> None:
+        grant = await ledger.reserve("a", POOL, {TPM: 2}, now=T0)
+        assert isinstance(grant, Grant)
+        await ledger.reconcile(grant, {TPM: 1}, now=T0)
+
+    try:
+        await asyncio.gather(*(call() for _ in range(600)))
+        assert await ledger.usage("a", POOL, TPM, now=T0) == 600
+    finally:
+        await ledger.aclose()
+
+
+def _grant() -> Grant:
+    return Grant("1", "a", POOL, {TPM: 10}, {TPM: 0}, {TPM: 60.0})
+
+
+async def _every_call(ledger: RedisLedger) -> list[tuple[str, LedgerUnavailableError]]:
+    """Each method that talks to Redis, with the LedgerUnavailableError it raised."""
+    calls: dict[str, Any] = {
+        "reserve": lambda: ledger.reserve("a", POOL, {TPM: 1}, now=T0),
+        "reconcile": lambda: ledger.reconcile(_grant(), {TPM: 5}, now=T0),
+        "release": lambda: ledger.release(_grant(), now=T0),
+        "usage": lambda: ledger.usage("a", POOL, TPM, now=T0),
+        "update_config": lambda: ledger.update_config(team(), now=T0),
+    }
+    raised = []
+    for name, call in calls.items():
+        with pytest.raises(LedgerUnavailableError) as info:
+            await call()
+        raised.append((name, info.value))
+    return raised
+
+
+async def test_an_unreachable_redis_raises_ledger_unavailable() -> None:
+    ledger = RedisLedger.from_url("redis://127.0.0.1:1/0", team(), socket_connect_timeout=0.5)
+    try:
+        for name, err in await _every_call(ledger):
+            assert isinstance(err.__cause__, RedisError | OSError), name
+    finally:
+        await ledger.aclose()
+
+
+async def test_a_redis_that_never_answers_raises_ledger_unavailable() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up and closes
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    ledger = RedisLedger.from_url(f"redis://127.0.0.1:{port}/0", team(), socket_timeout=0.1)
+    try:
+        async with server:
+            for name, err in await _every_call(ledger):
+                assert isinstance(err.__cause__, RedisError | TimeoutError), name
+    finally:
+        await ledger.aclose()
+
+
+async def test_a_redis_that_answers_wrongly_raises_ledger_unavailable(redis_url: str) -> None:
+    prefix = unique_prefix("wrong")
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
+    try:
+        await client.rpush("{" + prefix + "}:seq", "not a counter")
+        with pytest.raises(LedgerUnavailableError) as info:
+            await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
+        assert isinstance(info.value.__cause__, ResponseError)
+    finally:
+        await client.delete("{" + prefix + "}:seq")
+        await ledger.aclose()
+
+
+async def test_a_pool_that_stays_busy_raises_ledger_unavailable(redis_url: str) -> None:
+    pool = BlockingConnectionPool.from_url(
+        redis_url, max_connections=1, timeout=0.1, decode_responses=True
+    )
+    client = Redis.from_pool(pool)
+    ledger = RedisLedger(client, team(), prefix=unique_prefix("busy"), owns_client=True)
+    try:
+
+        async def hold_the_connection() -> None:  # for a list nobody pushes to
+            await client.blpop([unique_prefix("nothing")], timeout=0.5)
+
+        busy = asyncio.create_task(hold_the_connection())
+        await asyncio.sleep(0.05)
+        with pytest.raises(LedgerUnavailableError):
+            await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
+        await busy
+        assert isinstance(await ledger.reserve("a", POOL, {TPM: 1}, now=T0), Grant)
     finally:
         await ledger.aclose()
 

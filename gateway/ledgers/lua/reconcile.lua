@@ -9,24 +9,21 @@
 --              {p}:fr:<flavor>|<resource>@<end> for the period `now` is in (a budget)
 -- KEYS[2i+1]   {p}:exp:<flavor>|<resource> (rates only)
 --
--- ARGV[1] reservation id   ARGV[2] now   ARGV[3] depth D (0: the queue is gone from
--- the configuration; only settle)   ARGV[4] resources R
--- then D node names along the queue's path (depth 1 = the queue),
--- then per resource: name, actual ('' keeps the estimate), kind ('r' | 'b'),
---                    period end of the budget key ('' for a rate),
---                    and D times (guaranteed, subtree_quota, borrowing_limit or '')
+-- ARGV[1] the call's static part (JSON, see common.lua; with no nodes and no
+--         resources when the queue is gone from the configuration: only settle)
+-- ARGV[2] reservation id   ARGV[3] now
+-- then per resource, in the order of the static part's "r": actual ('' keeps the
+--         estimate), period end of the budget key ('' for a rate)
 --
 -- Returns 1 if the reservation was open, else 0.
 
 local record = KEYS[1]
 if redis.call('EXISTS', record) == 0 then return 0 end
-local id, now_s = ARGV[1], ARGV[2]
+local static = cjson.decode(ARGV[1])
+local id, now_s = ARGV[2], ARGV[3]
 local now = tonumber(now_s)
-local depth, count = tonumber(ARGV[3]), tonumber(ARGV[4])
-
-local nodes = {}
-for d = 1, depth do nodes[d] = ARGV[4 + d] end
-local at = 5 + depth
+local nodes = static.n
+local depth = #nodes
 
 -- Is the reservation's part of this resource still counted?
 local function live(resource, rate, period_end)
@@ -54,17 +51,12 @@ local function correct(state, path, resource, actual, rate)
   end
 end
 
-if depth > 0 then
-  for i = 1, count do
-    local resource, actual = ARGV[at], tonumber(ARGV[at + 1])
-    local rate, period_end = ARGV[at + 2] == 'r', tonumber(ARGV[at + 3])
-    local path
-    path, at = read_path(at + 4, depth)
-    local state, exp = KEYS[2 * i], KEYS[2 * i + 1]
-    if rate then expire(state, exp, now_s) end
-    if actual ~= nil and live(resource, rate, period_end) then
-      correct(state, path, resource, actual, rate)
-    end
+for i, want in ipairs(static.r) do
+  local actual, period_end = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
+  local state, exp = KEYS[2 * i], KEYS[2 * i + 1]
+  if want.rate then expire(state, exp, now_s) end
+  if actual ~= nil and live(want.name, want.rate, period_end) then
+    correct(state, want.path, want.name, actual, want.rate)
   end
 end
 redis.call('DEL', record)

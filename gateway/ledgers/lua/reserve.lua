@@ -5,39 +5,29 @@
 -- KEYS[2i]       state of resource i: {p}:fr:<flavor>|<resource> (a rate) or
 --                {p}:fr:<flavor>|<resource>@<period end> (a budget, this period)
 -- KEYS[2i+1]     {p}:exp:<flavor>|<resource> (used for rates only)
--- The new reservation's record {p}:res:<id> is named here (ARGV[1] .. id), because its
+-- The new reservation's record {p}:res:<id> is named here (the static "p" .. id), as its
 -- id comes from KEYS[1]: it shares the hash tag, so it lives on the same slot.
 --
--- ARGV[1] record key prefix ({p}:res:)   ARGV[2] now        ARGV[3] queue
--- ARGV[4] flavor    ARGV[5] depth D      ARGV[6] resources R
--- ARGV[7] how many reservations a refusal's retry_after may walk
--- ARGV[8] seconds every key outlives what it holds (a safety net for TTLs)
--- then D node names along the path (depth 1 = the queue),
--- then per resource: name, amount, expiry, kind ('r' rate | 'b' budget),
---                    and D times (guaranteed, subtree_quota, borrowing_limit or '')
+-- ARGV[1]        the call's static part (JSON, see common.lua)
+-- ARGV[2]        now
+-- then per resource, in the order of the static part's "r": amount, expiry
 --
 -- Returns {1, id, remaining_1, reset_after_1, ...} for a grant, or
 -- {0, i, level, name, available, retry_after, remaining_1, reset_after_1, ...} when
 -- resource i is the first that does not fit. Every number is a string.
 
+local static = cjson.decode(ARGV[1])
 local now_s = ARGV[2]
 local now = tonumber(now_s)
-local queue, flavor = ARGV[3], ARGV[4]
-local depth, count = tonumber(ARGV[5]), tonumber(ARGV[6])
-local walk_limit, margin = tonumber(ARGV[7]), tonumber(ARGV[8])
-
-local nodes = {}
-for d = 1, depth do nodes[d] = ARGV[8 + d] end
-local wants = {}
-local at = 9 + depth
-for i = 1, count do
-  local want = {
-    name = ARGV[at], amount = tonumber(ARGV[at + 1]), expiry_s = ARGV[at + 2],
-    rate = ARGV[at + 3] == 'r', state = KEYS[2 * i], exp = KEYS[2 * i + 1],
-  }
+local queue, flavor, nodes = static.q, static.f, static.n
+local depth = #nodes
+local walk_limit, margin = static.w, static.m
+local wants = static.r  -- each {name, rate, path}, completed here
+for i, want in ipairs(wants) do
+  want.amount = tonumber(ARGV[1 + 2 * i])
+  want.expiry_s = ARGV[2 + 2 * i]
   want.expiry = tonumber(want.expiry_s)
-  want.path, at = read_path(at + 4, depth)
-  wants[i] = want
+  want.state, want.exp = KEYS[2 * i], KEYS[2 * i + 1]
 end
 
 -- Seconds until what is available of `want` next grows.
@@ -120,7 +110,7 @@ for i, want in ipairs(wants) do
 end
 
 local id = tostring(redis.call('INCR', KEYS[1]))
-local record = ARGV[1] .. id
+local record = static.p .. id
 local latest = now
 for _, want in ipairs(wants) do
   charge(want, id, record)
