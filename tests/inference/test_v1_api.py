@@ -88,7 +88,12 @@ class Gateway:
         self.clients.append(client)
         return client
 
+    async def settled(self) -> None:
+        """Wait for the accounting the gateway does after answering."""
+        await self.services.inference.drain()  # type: ignore[union-attr]
+
     async def usage(self, queue: str, resource: str = "tokens-per-minute") -> int:
+        await self.settled()
         ledger = self.services.inference.ledger  # type: ignore[union-attr]
         return await ledger.usage(queue, "llama", resource)
 
@@ -184,7 +189,6 @@ async def test_streaming_passes_chunks_and_strips_the_usage_chunk_it_asked_for(
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "tok0 tok1 tok2 tok3 tok4 "
     assert all(c.usage is None for c in chunks)  # the client did not ask for usage
-    await gateway.services.inference.drain()  # type: ignore[union-attr]
     assert await gateway.usage("team-a") == 8  # the upstream's usage chunk was read
 
 
@@ -211,7 +215,6 @@ async def test_completions_and_embeddings(gateway: Gateway) -> None:
     assert "".join([c.choices[0].text async for c in stream if c.choices]) == "tok0 tok1 "
     embedding = await client.embeddings.create(model="fake-embed", input=["a b", "c"])
     assert len(embedding.data) == 2 and embedding.usage.prompt_tokens == 3
-    await gateway.services.inference.drain()  # type: ignore[union-attr]
     assert await gateway.usage("team-a") == (2 + 3) + (2 + 2) + 3
 
 
@@ -293,6 +296,7 @@ async def test_another_tenants_queue_is_refused(gateway: Gateway) -> None:
 async def test_over_quota_is_429_naming_level_and_resource(gateway: Gateway) -> None:
     client = gateway.client("tight")
     await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=40)
+    await gateway.settled()
     with pytest.raises(openai.RateLimitError) as caught:
         await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=60)
     response = caught.value.response
@@ -381,7 +385,6 @@ async def test_a_stream_broken_midway_ends_with_an_error_event(gateway: Gateway)
             received.append(chunk)
     assert len(received) == 2
     assert "upstream" in caught.value.message
-    await gateway.services.inference.drain()  # type: ignore[union-attr]
     # Charged what streamed (about a token per event), not the 50 reserved.
     assert 0 < await gateway.usage("team-a") < 20
 
@@ -403,7 +406,6 @@ async def test_a_client_that_leaves_cancels_the_upstream_call(gateway: Gateway) 
             break
     await asyncio.wait_for(gateway.upstream.disconnected.wait(), timeout=5)
     assert gateway.upstream.streams_finished == 0
-    await gateway.services.inference.drain()  # type: ignore[union-attr]
     assert await gateway.usage("team-a") < 50  # charged what streamed, not the reservation
 
 
@@ -414,6 +416,7 @@ async def test_usage_records_reach_the_usage_api(gateway: Gateway) -> None:
     gateway.upstream.fail_status = 500
     with pytest.raises(openai.APIStatusError):
         await client.chat.completions.create(model="fake-model", messages=CHAT)
+    await gateway.settled()
     await gateway.services.recorder.flush()
     async with httpx.AsyncClient(base_url=gateway.url) as http:
         mine = await http.get(
