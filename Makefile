@@ -32,6 +32,7 @@ test: install lint typecheck
 
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100
+	$(BIN)/python bench/proxy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

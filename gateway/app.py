@@ -7,7 +7,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
 
-from gateway.admin import AdminController
+from gateway.admin import AdminController, ModelController
 from gateway.auth import auth_middleware
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
@@ -29,6 +29,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             HealthController,
             WorkloadController,
             AdminController,
+            ModelController,
             UsageController,
             InferenceController,
         ],

@@ -1,3 +1,4 @@
 from gateway.admin.controllers import AdminController
+from gateway.admin.models import ModelController
 
-__all__ = ["AdminController"]
+__all__ = ["AdminController", "ModelController"]
