@@ -27,6 +27,7 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
+from quota.model import QuotaConfig
 from tenants import Database
 from tenants.models import Tenant
 from tenants.services.config import (
@@ -52,10 +53,10 @@ class Services:
     api_keys: CachedApiKeyStore
     upstreams: UpstreamClient
     recorder: UsageRecorder
+    inference: InferenceService
+    health: HealthChecker
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
-    inference: InferenceService | None = None
-    health: HealthChecker | None = None
     config_version: int | None = None
     _watcher: asyncio.Task[None] | None = None
 
@@ -74,13 +75,22 @@ class Services:
         policy = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
-        inference = settings.inference
+        options = settings.inference
         upstreams = UpstreamClient(
             timeouts=Timeouts(
-                connect=inference.connect_timeout,
-                first_byte=inference.first_byte_timeout,
-                total=inference.total_timeout,
+                connect=options.connect_timeout,
+                first_byte=options.first_byte_timeout,
+                total=options.total_timeout,
             )
+        )
+        recorder = UsageRecorder(database)
+        # Nothing connects here: the ledger learns the quota tree at the first reload.
+        ledger = create_ledger(options.redis_url, QuotaConfig(), prefix=options.ledger_prefix)
+        inference = InferenceService(
+            ledger=ledger, client=upstreams, policy=policy, recorder=recorder
+        )
+        health = HealthChecker(
+            inference.catalog.registry, upstreams, interval=options.health_interval
         )
         return cls(
             settings,
@@ -90,7 +100,9 @@ class Services:
             policy,
             api_keys=api_keys,
             upstreams=upstreams,
-            recorder=UsageRecorder(database),
+            recorder=recorder,
+            inference=inference,
+            health=health,
             backends=backends,
         )
 
@@ -106,25 +118,12 @@ class Services:
             tenants = (await session.exec(select(Tenant))).all()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
         registry = build_registry(models, self.settings.inference.key_env)
-        catalog = Catalog(
+        self.inference.catalog = Catalog(
             registry=registry,
             tenant_queues={t.name: tuple(t.queues) for t in tenants},
             settings=inference,
         )
-        if self.inference is None:
-            settings = self.settings.inference
-            ledger = create_ledger(settings.redis_url, quota, prefix=settings.ledger_prefix)
-            self.inference = InferenceService(
-                ledger=ledger,
-                client=self.upstreams,
-                policy=self.policy,
-                recorder=self.recorder,
-                catalog=catalog,
-            )
-        else:
-            self.inference.catalog = catalog
-        if self.health is not None:
-            self.health.registry = registry
+        self.health.registry = registry
         try:
             await self.inference.ledger.update_config(quota)
         except LedgerUnavailableError as err:
@@ -152,14 +151,8 @@ class Services:
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
         await self.database.migrate()
         await self.reload_policy()
-        assert self.inference is not None  # built by the first reload
         await self.upstreams.start()
         await self.recorder.start()
-        self.health = HealthChecker(
-            self.inference.catalog.registry,
-            self.upstreams,
-            interval=self.settings.inference.health_interval,
-        )
         await self.health.start()
         self._watcher = asyncio.create_task(self.watch_config(), name="ignara-config-watch")
         self.runtime = AdmissionRuntime(self.database, self.backends)

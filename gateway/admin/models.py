@@ -44,9 +44,9 @@ class ModelController(Controller):
         await authorize(services.policy, request.user, "admin.models.list")
         async with services.database.session() as session:
             models: list[dict[str, Any]] = (await export_config(session))["models"]
-        served = services.inference.catalog.registry if services.inference else None
+        served = services.inference.catalog.registry
         for model in models:
-            route = served.route(model["name"]) if served else None
+            route = served.route(model["name"])
             model["served"] = route is not None
             for endpoint in model["endpoints"]:
                 endpoint["healthy"] = route is not None and any(

@@ -28,6 +28,7 @@ class Catalog:
     # Decisions keyed by everything the policy input holds; only the policy's own
     # answers are kept (an engine failure is asked again next time).
     decisions: dict[tuple[object, ...], Decision] = field(default_factory=dict)
+    max_wait: dict[str, float] = field(init=False)  # queue -> seconds a call may wait
 
     def __post_init__(self) -> None:
         self.max_wait = {wait.queue: wait.max_wait_seconds for wait in self.settings.waiting}

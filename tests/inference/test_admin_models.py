@@ -31,7 +31,7 @@ async def upstream() -> AsyncIterator[FakeOpenAI]:
 
 
 async def test_models_are_listed_with_their_health(gateway: Gateway) -> None:
-    await gateway.services.health.check_once()  # type: ignore[union-attr]
+    await gateway.services.health.check_once()
     async with httpx.AsyncClient(base_url=gateway.url, headers=ADMIN) as http:
         listed = (await http.get("/api/v1/admin/models")).json()
     by_name = {m["name"]: m for m in listed}

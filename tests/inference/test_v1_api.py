@@ -90,11 +90,11 @@ class Gateway:
 
     async def settled(self) -> None:
         """Wait for the accounting the gateway does after answering."""
-        await self.services.inference.drain()  # type: ignore[union-attr]
+        await self.services.inference.drain()
 
     async def usage(self, queue: str, resource: str = "tokens-per-minute") -> int:
         await self.settled()
-        ledger = self.services.inference.ledger  # type: ignore[union-attr]
+        ledger = self.services.inference.ledger
         return await ledger.usage(queue, "llama", resource)
 
 
