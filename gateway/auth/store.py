@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from datetime import datetime
 
-from gateway.auth.keys import StoredKey
+from gateway.auth.keys import ApiKeyStore, StoredKey
 from tenants import Database
 from tenants.services.api_keys import find_api_key, touch_api_key
 
@@ -50,7 +51,7 @@ class CachedApiKeyStore:
 
     def __init__(
         self,
-        inner: SqlApiKeyStore,
+        inner: ApiKeyStore,
         *,
         ttl: float = 5.0,
         touch_every: float = 60.0,
@@ -64,13 +65,30 @@ class CachedApiKeyStore:
         self._clock = clock
         self._found: dict[str, tuple[float, StoredKey | None]] = {}
         self._touched: dict[str, float] = {}
+        self._loading: dict[str, asyncio.Future[StoredKey | None]] = {}
 
     async def get(self, key_id: str) -> StoredKey | None:
         now = self._clock()
         cached = self._found.get(key_id)
         if cached is not None and now - cached[0] < self._ttl:
             return cached[1]
-        stored = await self._inner.get(key_id)
+        loading = self._loading.get(key_id)
+        if loading is not None:  # one lookup serves every call that missed meanwhile
+            return await asyncio.shield(loading)
+        future: asyncio.Future[StoredKey | None] = asyncio.get_running_loop().create_future()
+        self._loading[key_id] = future
+        try:
+            stored = await self._inner.get(key_id)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as err:  # the waiters get the same error, then it is raised here
+            future.set_exception(err)
+            future.exception()  # marked retrieved: nobody may be waiting
+            raise
+        finally:
+            del self._loading[key_id]
+        future.set_result(stored)
         if len(self._found) >= self._max_entries:
             self._found.clear()  # a flood of unknown ids must not grow memory
         self._found[key_id] = (now, stored)
