@@ -33,7 +33,7 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import RedisError
 from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
@@ -264,32 +264,9 @@ class RedisLedger:
         self, script: AsyncScript, keys: Sequence[KeyT], args: Sequence[EncodableT]
     ) -> Any:
         try:
-            try:
-                return await self._evalsha(script.sha, keys, args)
-            except NoScriptError:  # a restarted or flushed Redis: load it, once
-                script.sha = await self._redis.script_load(script.script)
-                return await self._evalsha(script.sha, keys, args)
+            return await script(keys=keys, args=args)
         except _STORE_ERRORS as err:
             raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
-
-    async def _evalsha(self, sha: str, keys: Sequence[KeyT], args: Sequence[EncodableT]) -> Any:
-        """One EVALSHA on one pooled connection, packed here: redis-py's generic
-        command path (retries, hooks, packing every argument) costs more client CPU
-        than the script's whole round trip on the hot path."""
-        pool = self._redis.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        try:
-            await connection.send_packed_command(
-                _pack(("EVALSHA", sha, len(keys), *keys, *args)), check_health=False
-            )
-            return await connection.read_response()
-        except ResponseError:
-            raise  # the reply was read whole: the connection is fine
-        except BaseException:
-            await connection.disconnect()  # half a reply may be pending on it
-            raise
-        finally:
-            await pool.release(connection)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
         """The state and expiry keys of a flavor-resource; a budget's state is per period."""
@@ -412,12 +389,3 @@ def _remaining(resources: tuple[str, ...], levels: list[Any]) -> dict[str, int]:
 
 def _reset_after(resources: tuple[str, ...], levels: list[Any]) -> dict[str, float]:
     return {r: float(levels[2 * i + 1]) for i, r in enumerate(resources)}
-
-
-def _pack(items: Sequence[EncodableT | KeyT]) -> bytes:
-    """One command in RESP: ``*<n>``, then ``$<length>`` and the bytes of each item."""
-    out = [b"*%d\r\n" % len(items)]
-    for item in items:
-        data = item if isinstance(item, bytes) else str(item).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
