@@ -75,6 +75,17 @@ class StreamAnswer:
     media_type: str = "text/event-stream"
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How a call ended: the tokens it used, the status its caller got, from where."""
+
+    prompt: int
+    completion: int
+    status: int
+    endpoint: str | None
+    streamed: bool = False
+
+
 @dataclass(slots=True)
 class _Context:
     """One admitted call on its way: who, what, where it is charged, since when."""
@@ -296,9 +307,8 @@ class InferenceService:
             )
         prompt, completion = _usage_of(document, context.call)
         # The answer does not wait for the accounting: one round trip less per call.
-        self._settle_later(
-            context, prompt, completion, response.status, response.endpoint.base_url, False
-        )
+        outcome = _Outcome(prompt, completion, response.status, response.endpoint.base_url)
+        self._settle_later(context, outcome)
         headers = {**_answer_headers(response), **grant_headers(self.ledger, context.grant)}
         return Answer(response.status, body, headers, _media(response))
 
@@ -340,42 +350,24 @@ class InferenceService:
             prompt, completion = _stream_usage(accountant, context.call)
             # In a task of its own: a client that left cancels this generator, and
             # awaiting here would be cancelled with it.
-            self._settle_later(context, prompt, completion, status, endpoint, True)
+            self._settle_later(context, _Outcome(prompt, completion, status, endpoint, True))
 
-    def _settle_later(
-        self,
-        context: _Context,
-        prompt: int,
-        completion: int,
-        status: int,
-        endpoint: str | None,
-        streamed: bool,
-    ) -> None:
+    def _settle_later(self, context: _Context, outcome: _Outcome) -> None:
         """Settle off the request path; :meth:`drain` waits for what is still running."""
-        task = asyncio.get_running_loop().create_task(
-            self._settle(context, prompt, completion, status, endpoint, streamed)
-        )
+        task = asyncio.get_running_loop().create_task(self._settle(context, outcome))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle(
-        self,
-        context: _Context,
-        prompt: int,
-        completion: int,
-        status: int,
-        endpoint: str | None,
-        streamed: bool,
-    ) -> None:
+    async def _settle(self, context: _Context, outcome: _Outcome) -> None:
         grant = context.grant
-        actual = amounts_for(grant.amounts, prompt + completion)
+        used = outcome.prompt + outcome.completion
         try:
-            await self.ledger.reconcile(grant, actual)
+            await self.ledger.reconcile(grant, amounts_for(grant.amounts, used))
         except LedgerUnavailableError as err:  # it expires with its window instead
             log.error("cannot reconcile reservation %s: %s", grant.id, err)
-        if prompt + completion < context.call.estimate:
+        if used < context.call.estimate:
             self.waiting.notify(context.queue, grant.flavor)
-        self._record(context, status, prompt, completion, endpoint, streamed)
+        self._record(context, outcome)
 
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
         """The call produced nothing: the whole reservation goes back."""
@@ -384,17 +376,9 @@ class InferenceService:
         except LedgerUnavailableError as err:
             log.error("cannot release reservation %s: %s", context.grant.id, err)
         self.waiting.notify(context.queue, context.grant.flavor)
-        self._record(context, status, 0, 0, endpoint, context.call.stream)
+        self._record(context, _Outcome(0, 0, status, endpoint, context.call.stream))
 
-    def _record(
-        self,
-        context: _Context,
-        status: int,
-        prompt: int,
-        completion: int,
-        endpoint: str | None,
-        streamed: bool,
-    ) -> None:
+    def _record(self, context: _Context, outcome: _Outcome) -> None:
         identity = context.identity
         self.recorder.record(
             UsageRecord(
@@ -403,13 +387,13 @@ class InferenceService:
                 queue=context.queue,
                 model=context.call.model,
                 flavor=context.route.flavor,
-                status=status,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
+                status=outcome.status,
+                prompt_tokens=outcome.prompt,
+                completion_tokens=outcome.completion,
                 latency_ms=round((time.monotonic() - context.started) * 1000),
-                streamed=streamed,
+                streamed=outcome.streamed,
                 api_key_id=identity.key_id,
-                endpoint=endpoint,
+                endpoint=outcome.endpoint,
             )
         )
 

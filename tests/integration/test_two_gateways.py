@@ -9,9 +9,6 @@ surviving gateway takes the loop over within seconds.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +19,7 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.support.gateways import gateway_processes
 from tests.support.postgres import create_database
 
 pytestmark = pytest.mark.integration
@@ -57,65 +55,20 @@ CONFIG = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def gateways(
     postgres: str, tmp_path: Path
 ) -> Iterator[tuple[str, list[tuple[str, subprocess.Popen[bytes]]]]]:
     database = asyncio.run(create_database(postgres))
-    processes = []
-    for name in ("a", "b"):
-        port = free_port()
-        env = {
-            **os.environ,
-            "DATABASE_URL": database,
-            "IGNARA_PORT": str(port),
-            "IGNARA_ADMIN_KEY": ADMIN,
-            "IGNARA_KEY_PEPPER": "two-gateways-pepper-0123456789",
-            "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
-            "IGNARA_LOG_LEVEL": "warning",
-        }
-        log = open(tmp_path / f"gateway-{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve"],
-            env=env,
-            stdout=log,
-            stderr=log,
-            cwd=tmp_path,
-        )
-        processes.append((f"http://127.0.0.1:{port}", process))
-    try:
-        for url, process in processes:
-            wait_healthy(url, process)
+    env = {
+        "DATABASE_URL": database,
+        "IGNARA_ADMIN_KEY": ADMIN,
+        "IGNARA_KEY_PEPPER": "two-gateways-pepper-0123456789",
+        "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
+        "IGNARA_LOG_LEVEL": "warning",
+    }
+    with gateway_processes(("a", "b"), env, tmp_path) as processes:
         yield database, processes
-    finally:
-        for _, process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "a gateway exited during start-up"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never became healthy")
 
 
 async def usage(connection: asyncpg.Connection) -> dict[str, int]:

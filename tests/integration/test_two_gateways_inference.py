@@ -26,11 +26,6 @@ its queues hold beyond their guaranteed parts. No call gets anything but 200 or 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +40,7 @@ from gateway.ledgers import Ledger, MemoryLedger, Refusal, create_ledger
 from quota.config import parse_quota_config
 from quota.model import QuotaConfig
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.gateways import gateway_processes
 from tests.support.postgres import create_database
 from tests.support.redis import redis_server
 
@@ -108,13 +104,6 @@ def quota_config() -> QuotaConfig:
 # -- processes -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def own_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A throwaway redis-server of this test's own, even when REDIS_URL names a shared
@@ -126,62 +115,22 @@ def own_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 @pytest.fixture
 def gateways(postgres: str, own_redis: str, tmp_path: Path) -> Iterator[list[str]]:
-    database = asyncio.run(create_database(postgres))
-    processes: list[tuple[str, subprocess.Popen[bytes]]] = []
-    try:
-        for name in ("a", "b"):
-            port = free_port()
-            env = {
-                **os.environ,
-                "DATABASE_URL": database,
-                "REDIS_URL": own_redis,
-                "IGNARA_LEDGER_PREFIX": LEDGER_PREFIX,
-                "IGNARA_PORT": str(port),
-                "IGNARA_ADMIN_KEY": ADMIN,
-                "IGNARA_KEY_PEPPER": "two-gateways-inference-pepper-0123456789",
-                "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
-                "IGNARA_LOG_LEVEL": "warning",
-                "IGNARA_UPSTREAM_TIMEOUT": "10",
-                "IGNARA_UPSTREAM_TOTAL_TIMEOUT": "20",
-                "IGNARA_HEALTH_INTERVAL": "3600",
-            }
-            log = open(tmp_path / f"gateway-{name}.log", "wb")  # noqa: SIM115 - closed with the process
-            process = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve"],
-                env=env,
-                stdout=log,
-                stderr=log,
-                cwd=tmp_path,
-            )
-            processes.append((f"http://127.0.0.1:{port}", process))
-        for url, process in processes:
-            wait_healthy(url, process)
+    env = {
+        "DATABASE_URL": asyncio.run(create_database(postgres)),
+        "REDIS_URL": own_redis,
+        "IGNARA_LEDGER_PREFIX": LEDGER_PREFIX,
+        "IGNARA_ADMIN_KEY": ADMIN,
+        "IGNARA_KEY_PEPPER": "two-gateways-inference-pepper-0123456789",
+        "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
+        "IGNARA_LOG_LEVEL": "warning",
+        "IGNARA_UPSTREAM_TIMEOUT": "10",
+        "IGNARA_UPSTREAM_TOTAL_TIMEOUT": "20",
+        "IGNARA_HEALTH_INTERVAL": "3600",
+    }
+    with gateway_processes(("a", "b"), env, tmp_path) as processes:
         yield [url for url, _ in processes]
         for _, process in processes:
             assert process.poll() is None, "a gateway died during the test"
-    finally:
-        for _, process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for _, process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "a gateway exited during start-up"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} never became healthy")
 
 
 # -- calls -----------------------------------------------------------------------------------
