@@ -32,7 +32,7 @@ test: install lint typecheck
 
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100
-	$(BIN)/python bench/proxy.py
+	$(BIN)/python -m bench.proxy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """Gateway proxy benchmark: chat completions through the gateway vs. straight upstream.
 
-    python bench/proxy.py [--seconds 5] [--concurrency 1,32,64]
+    python -m bench.proxy [--seconds 5] [--concurrency 1,32,64]
                           [--modes non-streaming,streaming] [--json-only]
 
 Starts a fast local OpenAI-compatible upstream (``bench/upstream.py``, its own
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -40,13 +39,15 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from tests.support.redis import redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -214,53 +215,8 @@ def redis_url() -> Iterator[str]:
         return
     if shutil.which("redis-server") is None:
         raise BenchError("REDIS_URL is not set and redis-server is not installed")
-    with _tests_redis_server()() as url:
+    with redis_server() as url:
         yield url
-
-
-def _tests_redis_server() -> Callable[[], AbstractContextManager[str]]:
-    """``redis_server`` of tests/support/redis.py, loaded from its file (``tests`` is not
-    an installed package); this module's own small one if that cannot be loaded."""
-    path = ROOT / "tests" / "support" / "redis.py"
-    spec = importlib.util.spec_from_file_location("_ignara_tests_redis", path)
-    if spec is None or spec.loader is None:
-        return _own_redis_server
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    except (ImportError, OSError):  # no such file, or pytest is not installed
-        del sys.modules[spec.name]
-        return _own_redis_server
-    server: Callable[[], AbstractContextManager[str]] = module.redis_server
-    return server
-
-
-@contextmanager
-def _own_redis_server() -> Iterator[str]:
-    root = Path(tempfile.mkdtemp(prefix="ignara-bench-redis-"))
-    port = free_port()
-    command = [shutil.which("redis-server") or "redis-server", "--port", str(port)]
-    command += ["--bind", "127.0.0.1", "--dir", str(root), "--save", "", "--appendonly", "no"]
-    try:
-        with process("redis-server", command, root / "server.log") as proc:
-            deadline = time.monotonic() + 20
-            while not _answers_ping(port):
-                if proc.popen.poll() is not None or time.monotonic() > deadline:
-                    raise BenchError(f"redis-server did not start:\n{proc.log_tail()}")
-                time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def redis_stats(url: str) -> dict[str, float] | None:
