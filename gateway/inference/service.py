@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -54,6 +54,7 @@ INFERENCE = "ignara.inference.decision"
 QUEUE_HEADER = "x-ignara-queue"
 PRIORITY_HEADER = "x-ignara-priority"
 MAX_PRIORITY = 1000
+CLIENT_CLOSED = 499  # the status usage records give a call its caller abandoned
 _PRIVATE = "x-ignara-"
 _FORWARDED_RESPONSE_HEADERS = ("x-request-id",)
 _decoder = msgspec.json.Decoder()
@@ -139,8 +140,20 @@ class InferenceService:
         route, queue = await self._place(catalog, identity, call, headers)  # 3
         grant = await self._reserve(catalog, queue, route.flavor, call, headers)  # 4
         context = _Context(identity, call, route, queue, grant, started)
-        try:  # 5
-            response = await self.client.forward(route, kind.path, call.body, _forwarded(headers))
+        try:
+            return await self._forward(context, kind, _forwarded(headers))  # 5, 6
+        except asyncio.CancelledError:
+            # The caller left (or the server stops) before an answer: nothing was used.
+            self._background(self._give_back(context, CLIENT_CLOSED))
+            raise
+
+    async def _forward(
+        self, context: _Context, kind: CallKind, headers: dict[str, str]
+    ) -> Answer | StreamAnswer:
+        try:
+            response = await self.client.forward(
+                context.route, kind.path, context.call.body, headers
+            )
         except UpstreamError as err:
             await self._give_back(context, err.http_status)
             raise _upstream_problem(err) from None
@@ -353,8 +366,11 @@ class InferenceService:
             self._settle_later(context, _Outcome(prompt, completion, status, endpoint, True))
 
     def _settle_later(self, context: _Context, outcome: _Outcome) -> None:
-        """Settle off the request path; :meth:`drain` waits for what is still running."""
-        task = asyncio.get_running_loop().create_task(self._settle(context, outcome))
+        self._background(self._settle(context, outcome))
+
+    def _background(self, accounting: Coroutine[Any, Any, None]) -> None:
+        """Account off the request path; :meth:`drain` waits for what is still running."""
+        task = asyncio.get_running_loop().create_task(accounting)
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 

@@ -15,6 +15,8 @@ import openai
 import pytest
 
 from gateway.app import create_app
+from gateway.auth import Identity
+from gateway.inference.calls import CallKind
 from gateway.services import Services
 from gateway.settings import InferenceSettings, Settings
 from tests.conftest import ADMIN_KEY
@@ -444,3 +446,22 @@ async def test_an_unreachable_ledger_fails_closed_with_503(
     assert caught.value.response.headers["retry-after"] == "1"
     assert caught.value.response.json()["error"]["code"] == "ledger_unavailable"
     assert upstream.total_requests == 0
+
+
+async def test_a_call_cancelled_before_its_answer_gives_its_reservation_back(
+    gateway: Gateway,
+) -> None:
+    """A server stopping (or anything cancelling the handler) mid-call leaks no quota."""
+    gateway.upstream.delay = 0.5
+    member = Identity(tenant="alpha", principal="bot", roles=frozenset({"member"}), via="api-key")
+    body = b'{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}'
+    service = gateway.services.inference
+    call = asyncio.create_task(service.handle(member, CallKind.CHAT, body, {}))
+    await asyncio.sleep(0.2)
+    ledger = service.ledger
+    assert await ledger.usage("team-a", "llama", "tokens-per-minute") > 0  # reserved, in flight
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await gateway.usage("team-a") == 0
+    assert await gateway.usage("team-a", "requests-per-minute") == 0
