@@ -106,7 +106,7 @@ class Services:
             backends=backends,
         )
 
-    async def reload_policy(self) -> None:
+    async def reload_config(self) -> None:
         """Load the policies, the quota ledger's tree and the inference catalog as the
         database now says (after any change), from one consistent snapshot."""
         async with self.database.snapshot() as session:
@@ -141,16 +141,16 @@ class Services:
                 async with self.database.session() as session:
                     version = await config_version(session)
                 if version != self.config_version:
-                    await self.reload_policy()
+                    await self.reload_config()
             except asyncio.CancelledError:
                 raise
             except Exception:  # the top of a background task: log, never die
-                log.exception("cannot reload the policy data; retrying")
+                log.exception("cannot reload the config; retrying")
 
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
         await self.database.migrate()
-        await self.reload_policy()
+        await self.reload_config()
         await self.upstreams.start()
         await self.recorder.start()
         await self.health.start()

@@ -67,7 +67,6 @@ class InferenceSettings:
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
     health_interval: float = 10.0  # IGNARA_HEALTH_INTERVAL: active endpoint checks
-    max_body_bytes: int = 8 * 1024 * 1024  # one /v1 request body
     # Where upstream API keys are read (``api_key_env`` names a variable here).
     key_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 

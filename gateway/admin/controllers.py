@@ -77,7 +77,7 @@ class AdminController(Controller):
         async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
         if report.changed:
-            await services.reload_policy()  # tenants and queues are policy data
+            await services.reload_config()  # policy data, the quota tree, the models
         return ApplyOut(report.created, report.updated, report.deleted)
 
     @get("/config", operation_id="GetConfig", summary="The current config, as a file says it.")

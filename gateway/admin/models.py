@@ -108,7 +108,7 @@ async def _change_models(services: Services, actor: str, change: Any) -> None:
             raise ApiError(409, "conflict", str(err)) from None
         report = await apply_config(session, config, actor=actor)
     if report.changed:
-        await services.reload_policy()
+        await services.reload_config()
 
 
 def _model_name(path: PurePosixPath) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -125,7 +125,7 @@ class InferenceService:
         catalog = self.catalog
         names = []
         for route in catalog.registry.routes():
-            queue = self._queue_for(catalog, identity.tenant, route.flavor, None)
+            queue, _ = self._queue_for(catalog, identity.tenant, route.flavor, None)
             if (await self._admit(identity, route, queue)).allow:
                 names.append(route.model)
         return names
@@ -137,8 +137,8 @@ class InferenceService:
         await self._authorize(identity, "inference.call")  # 1
         catalog = self.catalog
         call = parse_call(kind, raw, catalog.settings.default_max_tokens)  # 2
-        route, queue = await self._place(catalog, identity, call, headers)  # 3
-        grant = await self._reserve(catalog, queue, route.flavor, call, headers)  # 4
+        route, queue, resources = await self._place(catalog, identity, call, headers)  # 3
+        grant = await self._reserve(catalog, queue, route.flavor, resources, call, headers)  # 4
         context = _Context(identity, call, route, queue, grant, started)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
@@ -169,18 +169,15 @@ class InferenceService:
     # -- 1 and 3: policy ----------------------------------------------------------------
 
     async def _authorize(self, identity: Identity, action: str) -> None:
-        key = (AUTHZ, identity.tenant, identity.roles, action)
-        decision = self.catalog.decisions.get(key)
-        if decision is None:
-            decision = await self._decide(
-                key,
-                AUTHZ,
-                {
-                    "principal": principal_of(identity),
-                    "action": action,
-                    "resource": {"tenant": identity.tenant},
-                },
-            )
+        decision = await self._decide(
+            (AUTHZ, identity.tenant, identity.roles, action),
+            AUTHZ,
+            lambda: {
+                "principal": principal_of(identity),
+                "action": action,
+                "resource": {"tenant": identity.tenant},
+            },
+        )
         if not decision.allow:
             raise InferenceError(
                 403, "permission_error", "; ".join(decision.reasons), code="forbidden"
@@ -188,11 +185,12 @@ class InferenceService:
 
     async def _place(
         self, catalog: Catalog, identity: Identity, call: Call, headers: Mapping[str, str]
-    ) -> tuple[ModelRoute, str]:
+    ) -> tuple[ModelRoute, str, list[str]]:
         route = catalog.route(call.model)
         if route is None:
             raise _no_such_model(call.model)
-        queue = self._queue_for(catalog, identity.tenant, route.flavor, headers.get(QUEUE_HEADER))
+        asked = headers.get(QUEUE_HEADER)
+        queue, resources = self._queue_for(catalog, identity.tenant, route.flavor, asked)
         decision = await self._admit(identity, route, queue)
         if not decision.allow:
             if any(_closes_model(reason, route) for reason in decision.reasons):
@@ -200,7 +198,7 @@ class InferenceService:
             raise InferenceError(
                 403, "permission_error", "; ".join(decision.reasons), code="policy_denied"
             )
-        if not self._limited(queue, route.flavor):
+        if not resources:
             raise InferenceError(
                 403,
                 "permission_error",
@@ -208,33 +206,40 @@ class InferenceService:
                 f"of model {call.model!r}",
                 code="no_quota",
             )
-        return route, queue
+        return route, queue, resources
 
-    def _queue_for(self, catalog: Catalog, tenant: str, flavor: str, asked: str | None) -> str:
+    def _queue_for(
+        self, catalog: Catalog, tenant: str, flavor: str, asked: str | None
+    ) -> tuple[str, list[str]]:
         """The queue asked for (the policy says whether it is the tenant's), else the
-        first of the tenant's queues with token quota for the flavor, else its first."""
+        first of the tenant's queues with token quota for the flavor, else its first;
+        with the inference resources that queue limits for the flavor."""
         if asked is not None:
-            return asked[:63]
+            return asked[:63], self._limits(asked[:63], flavor)
         queues = catalog.tenant_queues.get(tenant, ())
-        limited = (queue for queue in queues if self._limited(queue, flavor))
-        return next(limited, queues[0] if queues else "")
+        for queue in queues:
+            if resources := self._limits(queue, flavor):
+                return queue, resources
+        return (queues[0] if queues else ""), []
 
-    def _limited(self, queue: str, flavor: str) -> bool:
-        return any(self.ledger.covers(queue, flavor, r) for r in INFERENCE_RESOURCES)
+    def _limits(self, queue: str, flavor: str) -> list[str]:
+        return [r for r in INFERENCE_RESOURCES if self.ledger.covers(queue, flavor, r)]
 
     async def _admit(self, identity: Identity, route: ModelRoute, queue: str) -> Decision:
-        key = (INFERENCE, identity.tenant, route.model, queue)
         return await self._decide(
-            key, INFERENCE, {"tenant": identity.tenant, "model": route.model, "queue": queue}
+            (INFERENCE, identity.tenant, route.model, queue),
+            INFERENCE,
+            lambda: {"tenant": identity.tenant, "model": route.model, "queue": queue},
         )
 
     async def _decide(
-        self, key: tuple[object, ...], entry: str, policy_input: dict[str, Any]
+        self, key: tuple[object, ...], entry: str, policy_input: Callable[[], dict[str, Any]]
     ) -> Decision:
+        """The policy's decision, asked once per config (the input is built only then)."""
         decisions = self.catalog.decisions
         decision = decisions.get(key)
         if decision is None:
-            decision = await self.policy.decide(entry, policy_input)
+            decision = await self.policy.decide(entry, policy_input())
             if decision.failure is None:
                 decisions[key] = decision
         return decision
@@ -242,9 +247,14 @@ class InferenceService:
     # -- 4: quota ----------------------------------------------------------------------
 
     async def _reserve(
-        self, catalog: Catalog, queue: str, flavor: str, call: Call, headers: Mapping[str, str]
+        self,
+        catalog: Catalog,
+        queue: str,
+        flavor: str,
+        resources: list[str],
+        call: Call,
+        headers: Mapping[str, str],
     ) -> Grant:
-        resources = [r for r in INFERENCE_RESOURCES if self.ledger.covers(queue, flavor, r)]
         amounts = amounts_for(resources, call.estimate)
         max_wait = catalog.max_wait.get(queue)
         try:

@@ -129,7 +129,7 @@ async def running_gateway(
             "/api/v1/admin/config", json=config(upstream.base_url), headers=admin
         )
         assert applied.status_code == 201, applied.text
-        await services.reload_policy()
+        await services.reload_config()
         keys = {}
         for tenant in ("alpha", "beta", "tight", "waiter"):
             made = await http.post(

@@ -16,6 +16,7 @@ from gateway.settings import Settings
 from tenants import Database
 from tenants.services.usage import UsageRecord, insert_usage
 from tests.conftest import ADMIN_KEY
+from tests.gateway.test_workload_api import bearer, key_for
 
 CONFIG = {
     "flavors": ["h100"],
@@ -35,10 +36,6 @@ CONFIG = {
 }
 
 TODAY = datetime.now(UTC).date()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def usage(
@@ -90,17 +87,6 @@ def client(settings: Settings) -> Iterator[TestClient[Any]]:
             ],
         )
         yield client
-
-
-def key_for(client: TestClient[Any], tenant: str, roles: list[str] | None = None) -> str:
-    response = client.post(
-        f"/api/v1/admin/tenants/{tenant}/keys",
-        json={"principal": f"{tenant}-bot", "roles": roles or ["member"]},
-        headers=bearer(ADMIN_KEY),
-    )
-    assert response.status_code == 201, response.text
-    token: str = response.json()["token"]
-    return token
 
 
 def counters(requests: int, errors: int, prompt: int, completion: int) -> dict[str, int]:
