@@ -1,22 +1,29 @@
-"""Gateway proxy benchmark: chat completions through the gateway vs. straight upstream.
+"""Gateway benchmark: chat completions through the gateway, a bare proxy and straight upstream.
 
     python -m bench.proxy [--seconds 5] [--concurrency 1,32,64]
-                          [--modes non-streaming,streaming] [--json-only]
+                          [--modes non-streaming,streaming]
+                          [--targets direct,gateway,reference] [--json-only]
 
 Starts a fast local OpenAI-compatible upstream (``bench/upstream.py``, its own
-process), a Redis (the one ``REDIS_URL`` names, else a throwaway ``redis-server``),
-and the gateway (``ignara serve``, one worker) configured with one tenant, one model
-on that upstream and token quotas far above what the run uses, so every call passes
-authentication, the policy and the Redis quota check and is proxied. Then, for each
-mode and concurrency, C workers on one aiohttp session loop request -> response
-against the upstream (``direct``) and the gateway (``gateway``); the two are
-interleaved in slices (direct, gateway, gateway, direct, ...) so the machine's noise
-hits both. Prints one JSON object on stdout: req/s, latency p50/p99 and CPU ms per
-request of each process for both targets, their ratio and the latency the gateway
-adds, with the targets next to what was measured. Progress goes to stderr.
+process), a bare reverse proxy on it (``bench/reference_proxy.py``: Litestar, aiohttp
+client, uvicorn, nothing else), a Redis (the one ``REDIS_URL`` names, else a throwaway
+``redis-server``), and the gateway (``ignara serve``, one worker) configured with one
+tenant, one model on that upstream and token quotas far above what the run uses, so
+every call passes authentication, the policy and the Redis quota check and is proxied.
+Then, for each mode and concurrency, C workers on one aiohttp session loop request ->
+response against the upstream (``direct``), the gateway (``gateway``) and the bare
+proxy (``reference``); they are interleaved in slices (direct, gateway, reference,
+reference, gateway, direct, ...) so the machine's noise hits all of them. Prints one
+JSON object on stdout: req/s, latency p50/p99 and CPU ms per request of each process
+for every target, the gateway's rps over the upstream's and the reference's, the
+latency the gateway and the reference add, and the targets next to what was measured,
+the rps targets also scaled by the reference measured in this run (``scaled_target``:
+this machine's speed varies from day to day, a bare proxy's req/s here is the yardstick).
+Progress goes to stderr.
 
-The load generator, the upstream, Redis and the gateway share this machine's CPUs:
-compare ratios taken in one run, not absolute numbers across machines or runs.
+The load generator, the upstream, the reference proxy, Redis and the gateway share this
+machine's CPUs: compare ratios taken in one run, not absolute numbers across machines or
+runs.
 """
 
 from __future__ import annotations
@@ -63,6 +70,21 @@ TARGETS = {
     "streaming_rps_c32": 800,
     "added_p50_ms_c1": 1.0,
 }
+# Req/s at C=32 of a bare "Litestar reverse proxy, aiohttp client, uvicorn" (what
+# bench/reference_proxy.py is) on the machine where TARGETS were set: the team's notes,
+# /work/shared/notes/gateway-performance.md. The rps targets are a fraction of these;
+# applied to the reference proxy measured in a run they give targets for that run's
+# machine ("scaled_target").
+NOTES_REFERENCE_RPS = {"non-streaming": 3050, "streaming": 1600}
+TARGET_NAMES = ("direct", "gateway", "reference")
+SCALING_NOTE = (
+    "this machine's speed varies from day to day, so the absolute rps targets are also "
+    "given scaled: each is a fraction of what a bare Python proxy (Litestar, aiohttp "
+    "client, uvicorn) did at C=32 on the machine where the targets were set "
+    f"({NOTES_REFERENCE_RPS['non-streaming']} non-streaming, "
+    f"{NOTES_REFERENCE_RPS['streaming']} streaming req/s); scaled_target is that fraction "
+    "of the same bare proxy (target 'reference') measured in this run"
+)
 DONE = b"data: [DONE]"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -316,6 +338,27 @@ def create_key(gw: Gateway) -> str:
     return token
 
 
+# -- the reference proxy -----------------------------------------------------------------
+
+
+@contextmanager
+def reference(tmp: Path, upstream: str) -> Iterator[Target]:
+    """``bench/reference_proxy.py`` on ``upstream``: a bare Litestar + aiohttp proxy."""
+    port = free_port()
+    script = ROOT / "bench" / "reference_proxy.py"
+    command = [sys.executable, str(script), "--port", str(port), "--upstream", upstream]
+    with process("reference", command, tmp / "reference.log", cwd=tmp) as proc:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(proc, f"{base}/v1/models", timeout=30)
+        log(f"reference proxy on {base}")
+        yield Target(
+            "reference",
+            f"{base}/v1/chat/completions",
+            {"Content-Type": "application/json"},
+            proc,
+        )
+
+
 # -- checking the first answers -----------------------------------------------------------
 
 
@@ -336,17 +379,17 @@ async def post(
         return response.status, response.headers.get("Content-Type", ""), await response.read()
 
 
-async def verify(
-    session: aiohttp.ClientSession, direct: Target, gw: Target, gw_proc: Process | None
-) -> None:
-    """The gateway's first answers must be 200 and what the upstream sent."""
+async def verify(session: aiohttp.ClientSession, direct: Target, proxy: Target) -> None:
+    """A proxy's (gateway's, reference's) first answers must be 200 and what the upstream
+    sent."""
+    name = proxy.name
     for streaming in (False, True):
         what = "streaming" if streaming else "non-streaming"
         body = direct.body(streaming)
         status, _, expected = await post(session, direct.url, body, direct.headers)
         if status != 200:
             raise BenchError(f"upstream {what} answered {status}: {expected!r}")
-        status, ctype, got = await post(session, gw.url, body, gw.headers)
+        status, ctype, got = await post(session, proxy.url, body, proxy.headers)
         problem = None
         if status != 200:
             problem = f"answered {status}"
@@ -360,14 +403,14 @@ async def verify(
         else:
             problem = _stream_problem(ctype, got, expected)
         if problem:
-            tail = gw_proc.log_tail() if gw_proc else "(not started by the bench)"
+            tail = proxy.proc.log_tail() if proxy.proc else "(not started by the bench)"
             raise BenchError(
-                f"gateway {what} {problem}.\n"
-                f"--- gateway answer ({status}, {ctype}) ---\n{got.decode(errors='replace')}\n"
+                f"{name} {what} {problem}.\n"
+                f"--- {name} answer ({status}, {ctype}) ---\n{got.decode(errors='replace')}\n"
                 f"--- upstream answer ---\n{expected.decode(errors='replace')}\n"
-                f"--- gateway output ---\n{tail}"
+                f"--- {name} output ---\n{tail}"
             )
-        log(f"checked: gateway {what} answer is 200 and the upstream's")
+        log(f"checked: {name} {what} answer is 200 and the upstream's")
 
 
 def _stream_problem(ctype: str, got: bytes, expected: bytes) -> str | None:
@@ -554,9 +597,9 @@ async def run_cell(
     for round_ in range(args.rounds):
         order = targets if round_ % 2 == 0 else targets[::-1]
         for target in order:
-            # The gateway's own work is only measured when it is the target (it has
-            # background tasks), and so is Redis (only the gateway uses it).
-            is_gateway = target.name == "gateway"
+            # A proxy's own work (gateway, reference) is only measured when it is the
+            # target (the gateway has background tasks), and so is Redis (only the gateway
+            # uses it); the upstream answers every target.
             s = await run_slice(
                 session,
                 target,
@@ -564,29 +607,39 @@ async def run_cell(
                 concurrency,
                 args.warmup,
                 per_slice,
-                watch if is_gateway else {k: v for k, v in watch.items() if k != "gateway"},
-                redis if is_gateway else None,
+                {k: v for k, v in watch.items() if k in ("upstream", target.name)},
+                redis if target.name == "gateway" else None,
             )
             slices[target.name].append(s)
             log(
-                f"  {mode:>13} C={concurrency:<3} {target.name:>7} round {round_ + 1}: "
+                f"  {mode:>13} C={concurrency:<3} {target.name:>9} round {round_ + 1}: "
                 f"{len(s.latencies) / per_slice:8.0f} req/s, errors {s.errors}"
             )
     cell: dict[str, Any] = {"mode": mode, "concurrency": concurrency}
     for name, got in slices.items():
         cell[name] = summarize(got)
-    direct, gw = cell.get("direct"), cell.get("gateway")
+    direct, gw, ref = cell.get("direct"), cell.get("gateway"), cell.get("reference")
     if direct and gw and direct["rps"] and gw["rps"] is not None:
         cell["gateway_over_direct_rps"] = round(gw["rps"] / direct["rps"], 3)
     if direct and gw and direct["p50_ms"] is not None and gw["p50_ms"] is not None:
         cell["added_p50_ms"] = round(gw["p50_ms"] - direct["p50_ms"], 3)
         cell["added_p99_ms"] = round(gw["p99_ms"] - direct["p99_ms"], 3)
+    if gw and ref and ref["rps"] and gw["rps"] is not None:
+        cell["gateway_over_reference_rps"] = round(gw["rps"] / ref["rps"], 3)
+    if direct and ref and direct["p50_ms"] is not None and ref["p50_ms"] is not None:
+        cell["reference_added_p50_ms"] = round(ref["p50_ms"] - direct["p50_ms"], 3)
     return cell
 
 
 def verdict(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Each target next to what this run measured; ``met`` is None when the run did not
-    measure it, and False whenever the gateway answered an error in that cell."""
+    measure it, and False whenever the gateway answered an error in that cell.
+
+    With the reference proxy measured, the rps targets also get ``scaled_target``: the
+    target times the reference's rps in that cell over ``NOTES_REFERENCE_RPS`` (what a
+    bare proxy did where the targets were set), and ``met_scaled`` (None unmeasured,
+    False on any error of the gateway or the reference in that cell); the latency
+    target gets ``reference_added_p50_ms``, what a bare proxy adds in the same cell."""
     checks = {
         "non_streaming_rps_c32": ("non-streaming", 32, "rps", ">="),
         "streaming_rps_c32": ("streaming", 32, "rps", ">="),
@@ -606,7 +659,31 @@ def verdict(results: list[dict[str, Any]]) -> dict[str, Any]:
         if value is not None and gw is not None:
             met = (value >= target if op == ">=" else value < target) and not gw["errors"]
         out[key] = {"target": f"{op} {target}", "measured": value, "met": met}
+        ref = (cell or {}).get("reference")
+        if field_ == "rps":
+            out[key].update(_scaled(target, NOTES_REFERENCE_RPS[mode], value, gw, ref))
+        else:
+            out[key]["reference_added_p50_ms"] = (cell or {}).get("reference_added_p50_ms")
     return out
+
+
+def _scaled(
+    target: float,
+    notes_rps: float,
+    value: float | None,
+    gw: dict[str, Any] | None,
+    ref: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """An rps target as the same fraction of this run's reference proxy as it is of the
+    reference in the notes."""
+    reference_rps = ref.get("rps") if ref else None
+    if reference_rps is None:
+        return {"reference_rps": None, "scaled_target": None, "met_scaled": None}
+    scaled = round(target * reference_rps / notes_rps, 1)
+    met_scaled = None
+    if value is not None and gw is not None and ref is not None:
+        met_scaled = value >= scaled and not gw["errors"] and not ref["errors"]
+    return {"reference_rps": reference_rps, "scaled_target": scaled, "met_scaled": met_scaled}
 
 
 async def bench(args: argparse.Namespace, targets: list[Target], redis: str) -> dict[str, Any]:
@@ -625,9 +702,10 @@ async def bench(args: argparse.Namespace, targets: list[Target], redis: str) -> 
         auto_decompress=False,
         skip_auto_headers=["User-Agent"],
     ) as session:
-        by_name = {t.name: t for t in targets}
-        if "gateway" in by_name:
-            await verify(session, by_name["direct"], by_name["gateway"], by_name["gateway"].proc)
+        direct = next(t for t in targets if t.name == "direct")
+        for proxy in targets:
+            if proxy is not direct:
+                await verify(session, direct, proxy)
         # One unmeasured run of each target and mode first: the first seconds of a fresh
         # process (imports, caches, pools, policy compilation) are not its steady state.
         for mode in args.modes:
@@ -693,7 +771,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--concurrency", default="1,32,64", help="comma-separated levels")
     parser.add_argument("--modes", default="non-streaming,streaming")
-    parser.add_argument("--targets", default="direct,gateway", help="direct,gateway or direct")
+    parser.add_argument(
+        "--targets",
+        default=",".join(TARGET_NAMES),
+        help="any of direct,gateway,reference; direct is required",
+    )
     parser.add_argument("--json-only", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
         "--keep-tmp",
@@ -713,8 +795,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--concurrency: positive integers")
     if not set(args.modes) <= {"non-streaming", "streaming"} or not args.modes:
         parser.error("--modes: non-streaming and/or streaming")
-    if "direct" not in args.targets or not set(args.targets) <= {"direct", "gateway"}:
-        parser.error("--targets: direct or direct,gateway")
+    if "direct" not in args.targets or not set(args.targets) <= set(TARGET_NAMES):
+        parser.error("--targets: direct, and any of gateway,reference")
     if args.rounds < 1 or args.seconds <= 0:
         parser.error("--rounds >= 1 and --seconds > 0")
     if args.profile_gateway:  # the gateway runs in the temporary directory
@@ -741,7 +823,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         report["machine"]["load_generator_loop"] = "asyncio"
     tmp = Path(tempfile.mkdtemp(prefix="ignara-bench-"))
-    gw: Gateway | None = None
     try:
         with ExitStack() as stack:
             port = free_port()
@@ -763,14 +844,16 @@ def main(argv: list[str] | None = None) -> int:
                     upstream,
                 )
             ]
+            if "reference" in args.targets:
+                targets.append(stack.enter_context(reference(tmp, base)))
             redis = stack.enter_context(redis_url())
             if "gateway" in args.targets:
                 gw = stack.enter_context(gateway(tmp, base, redis, args.profile_gateway))
                 log(f"gateway on {gw.base_url} (redis {redis})")
                 headers = {"Content-Type": "application/json"}
                 headers["Authorization"] = f"Bearer {gw.token}"
-                targets.append(
-                    Target("gateway", f"{gw.base_url}/v1/chat/completions", headers, gw.proc)
+                targets.insert(
+                    1, Target("gateway", f"{gw.base_url}/v1/chat/completions", headers, gw.proc)
                 )
             report.update(asyncio.run(bench(args, targets, redis)))
             with contextlib.suppress(OSError):
@@ -778,14 +861,16 @@ def main(argv: list[str] | None = None) -> int:
             report["targets_note"] = (
                 "through the gateway with authentication, policy and the Redis quota check on"
             )
-            errors = sum(r.get("gateway", {}).get("errors", 0) for r in report["results"])
-            if gw is not None and errors:
-                # Always shown, --json-only or not: errors make the figures suspect.
-                print(
-                    f"bench/proxy.py: the gateway answered {errors} errors; its output:\n"
-                    f"{gw.proc.log_tail(20000)}",
-                    file=sys.stderr,
-                )
+            report["scaling_note"] = SCALING_NOTE
+            for target in targets[1:]:
+                errors = sum(r.get(target.name, {}).get("errors", 0) for r in report["results"])
+                if target.proc is not None and errors:
+                    # Always shown, --json-only or not: errors make the figures suspect.
+                    print(
+                        f"bench/proxy.py: the {target.name} answered {errors} errors; its "
+                        f"output:\n{target.proc.log_tail(20000)}",
+                        file=sys.stderr,
+                    )
     except BenchError as err:
         print(f"bench/proxy.py: {err}", file=sys.stderr)
         return 1

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Request, Response, get, post
-from litestar.response import Stream
+from litestar.response.base import ASGIResponse
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import ASGIApp
 
 from gateway.inference.calls import CallKind
 from gateway.inference.problems import InferenceError
@@ -32,17 +34,17 @@ class InferenceController(Controller):
     exception_handlers = {InferenceError: _problem}
 
     @post("/chat/completions", status_code=200)
-    async def chat_completions(self, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def chat_completions(self, request: Request[Any, Any, Any]) -> ASGIApp:
         """Chat completions, streaming or not, as OpenAI's API."""
         return await _call(request, CallKind.CHAT)
 
     @post("/completions", status_code=200)
-    async def completions(self, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def completions(self, request: Request[Any, Any, Any]) -> ASGIApp:
         """Text completions, streaming or not, as OpenAI's API."""
         return await _call(request, CallKind.COMPLETIONS)
 
     @post("/embeddings", status_code=200)
-    async def embeddings(self, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def embeddings(self, request: Request[Any, Any, Any]) -> ASGIApp:
         """Embeddings, as OpenAI's API."""
         return await _call(request, CallKind.EMBEDDINGS)
 
@@ -64,19 +66,21 @@ def _service(request: Request[Any, Any, Any]) -> InferenceService:
     return service
 
 
-async def _call(request: Request[Any, Any, Any], kind: CallKind) -> Response[Any]:
+async def _call(request: Request[Any, Any, Any], kind: CallKind) -> ASGIApp:
+    """The answer as the ASGI response itself: its body is bytes already, so Litestar's
+    response building (serialization, cookies, header merging) has nothing to add."""
     answer = await _service(request).handle(
         request.user, kind, await request.body(), dict(request.headers)
     )
     if isinstance(answer, Answer):
-        return Response(
-            answer.body,
+        return ASGIResponse(
+            body=answer.body,
             status_code=answer.status,
             headers=answer.headers,
             media_type=answer.media_type,
         )
-    return Stream(
-        answer.chunks,
+    return ASGIStreamingResponse(
+        iterator=answer.chunks,
         status_code=answer.status,
         headers=answer.headers,
         media_type=answer.media_type,

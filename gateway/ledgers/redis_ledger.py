@@ -1,9 +1,10 @@
 """The shared ledger: the same arithmetic as :mod:`quota.ledger`, kept in Redis.
 
-Every replica runs the same Lua scripts, one round trip per call (EVALSHA through
-redis-py's ``register_script``, which falls back to EVAL-loading on NOSCRIPT), and
-a script runs atomically, so however many replicas race, each reservation sees
-the usage every earlier one left. The key layout is described in
+Every replica runs the same Lua scripts, one EVALSHA per call, and a script runs
+atomically, so however many replicas race, each reservation sees the usage every
+earlier one left. Calls made in the same tick of the event loop share one round
+trip (:mod:`gateway.ledgers.batching`); a reservation whose caller stopped waiting
+is given back as soon as its reply arrives. The key layout is described in
 ``lua/common.lua``; every key carries the hash tag ``{prefix}``.
 
 Only usage lives in Redis. The static part of the tree (each node on a queue's
@@ -24,16 +25,16 @@ server's clock does not matter.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
@@ -46,6 +47,7 @@ from gateway.ledgers.base import (
     clock,
     to_units,
 )
+from gateway.ledgers.batching import STORE_ERRORS, LuaScript, ScriptBatcher
 from quota.cache import ClusterState
 from quota.ledger import (
     BUDGET_RESOURCES,
@@ -60,6 +62,8 @@ from quota.tree import ResourceNode, path_to_root, potential_available
 
 __all__ = ["RedisLedger"]
 
+log = logging.getLogger(__name__)
+
 # How long every key outlives what it holds, in seconds: a safety net only (scripts
 # delete what they are done with), generous enough for clock skew between replicas.
 KEY_MARGIN_SECONDS = 3600
@@ -73,12 +77,13 @@ _PERIOD_EDGE = 0.001
 # The static part of a reconcile whose queue left the configuration: only settle.
 _SETTLE_ONLY = b'{"n":[],"r":[]}'
 
-_STORE_ERRORS = (RedisError, OSError, TimeoutError)
 
-
-def _script(name: str) -> str:
+def _script(name: str) -> LuaScript:
     lua = files("gateway.ledgers") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    return LuaScript.of((lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text())
+
+
+_RESERVE, _RECONCILE, _USAGE, _REBUILD = map(_script, ("reserve", "reconcile", "usage", "rebuild"))
 
 
 @dataclass(slots=True)
@@ -121,10 +126,7 @@ class RedisLedger:
         self._paths: dict[tuple[str, str, tuple[str, ...]], _Path] = {}
         self._tag = "{" + prefix + "}"
         self._seq = f"{self._tag}:seq".encode()
-        self._reserve = client.register_script(_script("reserve"))
-        self._reconcile = client.register_script(_script("reconcile"))
-        self._usage = client.register_script(_script("usage"))
-        self._rebuild = client.register_script(_script("rebuild"))
+        self._batcher = ScriptBatcher(client, preload=(_RESERVE, _RECONCILE, _USAGE, _REBUILD))
 
     @classmethod
     def from_url(
@@ -171,7 +173,12 @@ class RedisLedger:
         args: list[EncodableT] = [path.static, repr(at)]
         for amount, end in zip(amounts.values(), path.ends, strict=True):
             args += (amount * MILLI, end or rate_end)
-        reply = await self._run(self._reserve, (self._seq, *path.keys), args)
+        reply = await self._run(
+            _RESERVE,
+            (self._seq, *path.keys),
+            args,
+            orphaned=lambda reply: self._give_back(queue, flavor, amounts, reply),
+        )
         try:
             if int(reply[0]) == 1:
                 return Grant(
@@ -189,20 +196,8 @@ class RedisLedger:
     async def reconcile(
         self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
     ) -> None:
-        at = clock(now)
-        used = check_actual(grant, actual)
-        record = f"{self._tag}:res:{grant.id}"
-        path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
-        if path is None:  # the queue left the configuration: only settle
-            await self._run(self._reconcile, (record,), (_SETTLE_ONLY, grant.id, repr(at)))
-            return
-        if not path.since <= at < path.until:
-            self._refresh(path, at)
-        args: list[EncodableT] = [path.static, grant.id, repr(at)]
-        for resource, end in zip(path.resources, path.ends, strict=True):
-            amount = used.get(resource)
-            args += ("" if amount is None else amount * MILLI, end)
-        await self._run(self._reconcile, (record, *path.keys), args)
+        keys, args = self._settlement(grant, check_actual(grant, actual), now)
+        await self._run(_RECONCILE, keys, args)
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
@@ -232,7 +227,7 @@ class RedisLedger:
             keys += self._keys(fr.flavor, fr.resource, period_end(fr.resource, at))
             args += [_kind(fr.resource), *(node.guaranteed.get(fr, 0) for node in nodes)]
         args[2] = len(frs)
-        await self._run(self._rebuild, keys, args)
+        await self._run(_REBUILD, keys, args)
 
     async def usage(
         self, queue_or_cohort: str, flavor: str, resource: str, *, now: float | None = None
@@ -245,28 +240,59 @@ class RedisLedger:
         else:
             raise UnknownQueueError(queue_or_cohort)
         keys = self._keys(flavor, resource, period_end(resource, at))
-        reply = await self._run(self._usage, keys, [repr(at), node, _kind(resource)])
+        reply = await self._run(_USAGE, keys, [repr(at), node, _kind(resource)])
         try:
             return to_units(int(reply))
         except (TypeError, ValueError) as err:
             raise LedgerUnavailableError(f"unexpected reply to usage: {reply!r}") from err
 
     async def aclose(self) -> None:
+        await self._batcher.aclose()
         if self._owns_client:
             try:
                 await self._redis.aclose()
-            except _STORE_ERRORS as err:
+            except STORE_ERRORS as err:
                 raise LedgerUnavailableError(f"closing the Redis client: {err}") from err
 
     # -- internals -------------------------------------------------------------------------
 
     async def _run(
-        self, script: AsyncScript, keys: Sequence[KeyT], args: Sequence[EncodableT]
+        self,
+        script: LuaScript,
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
+        *,
+        orphaned: Callable[[Any], None] | None = None,
     ) -> Any:
         try:
-            return await script(keys=keys, args=args)
-        except _STORE_ERRORS as err:
+            return await self._batcher.call(script, keys, args, orphaned=orphaned)
+        except STORE_ERRORS as err:
             raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
+
+    def _settlement(
+        self, grant: Grant, used: Mapping[str, int], now: float | None
+    ) -> tuple[Sequence[KeyT], list[EncodableT]]:
+        """The keys and arguments of reconcile.lua settling ``grant`` at ``used``."""
+        at = clock(now)
+        record = f"{self._tag}:res:{grant.id}"
+        path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
+        if path is None:  # the queue left the configuration: only settle
+            return (record,), [_SETTLE_ONLY, grant.id, repr(at)]
+        if not path.since <= at < path.until:
+            self._refresh(path, at)
+        args: list[EncodableT] = [path.static, grant.id, repr(at)]
+        for resource, end in zip(path.resources, path.ends, strict=True):
+            amount = used.get(resource)
+            args += ("" if amount is None else amount * MILLI, end)
+        return (record, *path.keys), args
+
+    def _give_back(self, queue: str, flavor: str, amounts: Mapping[str, int], reply: Any) -> None:
+        """A reservation whose caller stopped waiting: release it, unobserved."""
+        if not (isinstance(reply, list) and reply and str(reply[0]) == "1"):
+            return  # refused: nothing was taken
+        grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {})
+        keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), None)
+        self._batcher.call(_RECONCILE, keys, args).add_done_callback(_log_failure)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
         """The state and expiry keys of a flavor-resource; a budget's state is per period."""
@@ -332,6 +358,11 @@ class RedisLedger:
             remaining=_remaining(resources, reply[6:]),
             reset_after=_reset_after(resources, reply[6:]),
         )
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and (err := future.exception()) is not None:
+        log.error("cannot give back an abandoned reservation: %s", err)
 
 
 def _static_path(

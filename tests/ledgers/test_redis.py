@@ -1,7 +1,8 @@
-"""What only the Redis ledger promises: one round trip per call with few arguments,
-correctness when replicas race, keys that clean up after themselves, any number of
-concurrent calls on a bounded pool, and LedgerUnavailableError for whatever goes
-wrong with Redis."""
+"""What only the Redis ledger promises: one round trip per call with few arguments
+(shared by calls made together), correctness when replicas race, keys that clean up
+after themselves, any number of concurrent calls on a bounded pool, reservations
+nobody waits for given back, and LedgerUnavailableError for whatever goes wrong
+with Redis."""
 
 from __future__ import annotations
 
@@ -19,39 +20,124 @@ from tests.ledgers.configs import MIDNIGHT, POOL, RPM, T0, TPD, TPM, team
 from tests.support.redis import unique_prefix
 
 
+class _RoundTrips:
+    """What the ledger's client sends, one list of commands per round trip."""
+
+    def __init__(self, client: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.trips: list[list[tuple[Any, ...]]] = []
+        make_pipeline: Any = client.pipeline  # redis-py leaves these untyped
+        execute_command: Any = client.execute_command
+
+        def pipeline(*args: Any, **options: Any) -> Any:
+            pipe = make_pipeline(*args, **options)
+            execute = pipe.execute
+
+            async def recording(*args: Any, **options: Any) -> Any:
+                self.trips.append([command for command, _ in pipe.command_stack])
+                return await execute(*args, **options)
+
+            pipe.execute = recording
+            return pipe
+
+        async def command(*args: Any, **options: Any) -> Any:
+            self.trips.append([args])
+            return await execute_command(*args, **options)
+
+        monkeypatch.setattr(client, "pipeline", pipeline)
+        monkeypatch.setattr(client, "execute_command", command)
+
+    def names(self) -> list[list[str]]:
+        return [[str(command[0]) for command in trip] for trip in self.trips]
+
+
 async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     client: Redis = Redis.from_url(redis_url, decode_responses=True)
     ledger = RedisLedger(client, team(), prefix=unique_prefix("trips"), owns_client=True)
     try:
-        # The first call of each script may load it (NOSCRIPT, then EVAL-load): warm up.
+        # The first call of each script may load it (NOSCRIPT, then SCRIPT LOAD): warm up.
         warm = await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
         assert isinstance(warm, Grant)
         await ledger.reconcile(warm, {TPM: 1}, now=T0)
-        sent: list[Any] = []
-        lengths: list[int] = []
-        execute: Any = client.execute_command  # redis-py leaves it untyped
-
-        async def counting(*args: Any, **options: Any) -> Any:
-            sent.append(args[0])
-            lengths.append(len(args))
-            return await execute(*args, **options)
-
-        monkeypatch.setattr(client, "execute_command", counting)
+        sent = _RoundTrips(client, monkeypatch)
         grant = await ledger.reserve("a", POOL, {TPM: 100, RPM: 1, TPD: 100}, now=T0)
         refused = await ledger.reserve("a", POOL, {TPM: 5000}, now=T0)
         assert isinstance(grant, Grant) and not isinstance(refused, Grant)
-        assert sent == ["EVALSHA", "EVALSHA"]
+        assert sent.names() == [["EVALSHA"], ["EVALSHA"]]
         await ledger.reconcile(grant, {TPM: 50}, now=T0 + 1)
         await ledger.release(grant, now=T0 + 2)
-        assert sent == ["EVALSHA"] * 4
+        assert sent.names() == [["EVALSHA"]] * 4
         # EVALSHA, sha, key count; the counter's (or the record's) key and two keys per
         # resource; one argument for all that is static, now (and the grant's id), and
         # two arguments per resource
-        assert lengths == [
+        assert [len(trip[0]) for trip in sent.trips] == [
             3 + 1 + 2 * 3 + 2 + 2 * 3,
             3 + 1 + 2 + 2 + 2,
             *[3 + 1 + 2 * 3 + 3 + 2 * 3] * 2,
         ]
+    finally:
+        await ledger.aclose()
+
+
+async def test_calls_made_together_share_one_round_trip(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent calls ride one pipeline, each still its own script run and answer."""
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    ledger = RedisLedger(client, team(), prefix=unique_prefix("together"), owns_client=True)
+    try:
+        await ledger.usage("a", POOL, TPM, now=T0)  # the first round trip loads the scripts
+        sent = _RoundTrips(client, monkeypatch)
+        # a's own 1000 plus the 200 b lends: 24 x 50 fit, the 25th and 26th do not
+        results = await asyncio.gather(
+            *(ledger.reserve("a", POOL, {TPM: 50}, now=T0) for _ in range(26))
+        )
+        granted = [r for r in results if isinstance(r, Grant)]
+        assert len(granted) == 24
+        assert len({grant.id for grant in granted}) == 24
+        await asyncio.gather(*(ledger.release(grant, now=T0) for grant in granted))
+        assert sent.names() == [["EVALSHA"] * 26, ["EVALSHA"] * 24]
+        assert await ledger.usage("a", POOL, TPM, now=T0) == 0
+    finally:
+        await ledger.aclose()
+
+
+async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    await client.script_flush()  # as a fresh server has it
+    ledger = RedisLedger(client, team(), prefix=unique_prefix("noscript"), owns_client=True)
+    try:
+        sent = _RoundTrips(client, monkeypatch)
+        assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
+        # all four scripts ride with the first call, so calls queued in order run in order
+        assert sent.names() == [["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
+        await client.script_flush()  # as a restarted server would have it
+        sent.trips.clear()
+        assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
+        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"], ["EVALSHA"]]
+        assert await ledger.usage("a", POOL, TPM, now=T0) == 20  # the lost EVALSHA did not run
+    finally:
+        await ledger.aclose()
+
+
+async def test_a_reservation_its_caller_abandoned_is_given_back(redis_url: str) -> None:
+    prefix = unique_prefix("abandoned")
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
+    try:
+        reserving = asyncio.create_task(ledger.reserve("a", POOL, {TPM: 300}, now=T0))
+        await asyncio.sleep(0)  # the call is queued, its round trip about to start
+        reserving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reserving
+        for _ in range(100):  # the reply comes, and the release it causes
+            granted = await client.get("{" + prefix + "}:seq") is not None
+            if granted and await ledger.usage("a", POOL, TPM, now=T0) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert await client.get("{" + prefix + "}:seq") == "1"  # it was granted...
+        assert await ledger.usage("a", POOL, TPM, now=T0) == 0  # ...and given back
     finally:
         await ledger.aclose()
 
