@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -44,6 +46,16 @@ def migrate(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
+def _write_ahead_log(dbapi_connection: Any, _: Any) -> None:
+    """SQLite in WAL mode: readers never wait for the writer (the admission loop, the
+    usage writer and the admin API share one file), and a commit syncs one log append
+    instead of a rollback journal and the database, still durable (synchronous FULL).
+    In-memory databases keep their own mode."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
 class Database:
     """One engine and its session factory, made lazily: nothing connects on import."""
 
@@ -57,6 +69,8 @@ class Database:
     def engine(self) -> AsyncEngine:
         if self._engine is None:
             self._engine = create_async_engine(async_url(self.url), pool_pre_ping=True)
+            if self._engine.dialect.name == "sqlite":
+                event.listen(self._engine.sync_engine, "connect", _write_ahead_log)
             self._sessions = async_sessionmaker(
                 self._engine, class_=AsyncSession, expire_on_commit=False
             )
