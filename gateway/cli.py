@@ -33,13 +33,26 @@ def serve(host: str | None, port: int | None, config_file: str | None) -> None:
 
     settings = Settings.from_env()
     _migrate_and_apply(settings, config_file)
+    app = create_app(settings)
+    _settle_the_heap()
     uvicorn.run(
-        create_app(settings),
+        app,
         host=host or settings.server.host,
         port=port or settings.server.port,
         log_level=settings.server.log_level,
         access_log=settings.server.access_log,
     )
+
+
+def _settle_the_heap() -> None:
+    """Move what start-up made (modules, the app and its routes, the settings) out of
+    the cyclic GC's reach: a full collection otherwise walks that whole heap again and
+    again under load (measured: 0.1 s per collection, 3-4% of the CPU) for objects
+    that live as long as the process."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 @main.command()
