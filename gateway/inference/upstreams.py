@@ -59,22 +59,6 @@ _REQUEST_DROP = frozenset(
         "cookie",
     }
 )
-# Response headers the gateway must set itself.
-_RESPONSE_DROP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "content-encoding",
-        "set-cookie",
-    }
-)
-
-
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """Seconds: ``connect`` per TCP/TLS connect, ``first_byte`` until response headers per
@@ -135,10 +119,12 @@ class ChunkStream:
 
 @dataclass(slots=True)
 class UpstreamResponse:
-    """A started upstream response: ``body`` when read in full, else ``chunks`` (SSE)."""
+    """A started upstream response: ``body`` when read in full, else ``chunks`` (SSE).
+    ``headers`` are the upstream's as received (case-insensitive): pass on only what
+    the caller should see."""
 
     status: int
-    headers: dict[str, str]
+    headers: Mapping[str, str]
     endpoint: Endpoint
     body: bytes | None = None
     chunks: ChunkStream | None = None
@@ -327,11 +313,7 @@ class UpstreamClient:
 
 
 async def _started(endpoint: Endpoint, response: aiohttp.ClientResponse) -> UpstreamResponse:
-    headers = {
-        name.lower(): value
-        for name, value in response.headers.items()
-        if name.lower() not in _RESPONSE_DROP
-    }
+    headers = response.headers
     if response.content_type == "text/event-stream":
         return UpstreamResponse(response.status, headers, endpoint, chunks=ChunkStream(response))
     with _reading(response.close, "response", "mid-body"):
