@@ -1,6 +1,9 @@
-"""Benchmark: sequential reserve + reconcile pairs on one RedisLedger.
+"""Benchmark: reserve + reconcile pairs on one RedisLedger, from C concurrent callers.
 
-    .venv/bin/python -m bench.ledger [-n 5000] [--protocol 2|3] [--url URL]
+    .venv/bin/python -m bench.ledger [-n 5000] [--concurrency 1] [--protocol 2|3] [--url URL]
+
+With ``--concurrency`` above 1, calls made in the same event-loop tick share one
+pipelined round trip (``gateway/ledgers/batching.py``), as under a gateway's load.
 
 Not a test (pytest does not collect it). Uses ``--url``, else ``REDIS_URL``, else a
 throwaway ``redis-server`` (``tests/support/redis.py``). Each pair reserves
@@ -45,23 +48,25 @@ async def _server_cpu(client: Redis) -> tuple[float, float]:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), script_us
 
 
-async def bench(url: str, n: int, protocol: int) -> dict[str, Any]:
+async def bench(url: str, n: int, protocol: int, concurrency: int) -> dict[str, Any]:
     client = Redis.from_url(url, decode_responses=True, protocol=protocol)
     ledger = RedisLedger(client, _roomy(), prefix=unique_prefix("bench"), owns_client=True)
     amounts = {TPM: 100, RPM: 1, TPD: 100}
     actual = {TPM: 50, RPM: 1, TPD: 50}
-    try:
-        for _ in range(200):  # warm up: load the scripts, fill the caches
+
+    async def pairs(count: int) -> None:
+        for _ in range(count):
             grant = await ledger.reserve("a", POOL, amounts)
             assert isinstance(grant, Grant), grant
             await ledger.reconcile(grant, actual)
+
+    n -= n % concurrency  # the same number of pairs from each caller
+    try:
+        await pairs(200)  # warm up: load the scripts, fill the caches
         await client.config_resetstat()
         server_before, _ = await _server_cpu(client)
         wall, cpu, times = time.perf_counter(), time.process_time(), os.times()
-        for _ in range(n):
-            grant = await ledger.reserve("a", POOL, amounts)
-            assert isinstance(grant, Grant), grant
-            await ledger.reconcile(grant, actual)
+        await asyncio.gather(*(pairs(n // concurrency) for _ in range(concurrency)))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         user, system = os.times().user - times.user, os.times().system - times.system
         server_after, script_us = await _server_cpu(client)
@@ -69,6 +74,7 @@ async def bench(url: str, n: int, protocol: int) -> dict[str, Any]:
         await ledger.aclose()
     return {
         "pairs": n,
+        "concurrency": concurrency,
         "protocol": protocol,
         "hiredis": HIREDIS_AVAILABLE,
         "pairs_per_s": round(n / wall),
@@ -83,12 +89,14 @@ async def bench(url: str, n: int, protocol: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--protocol", type=int, choices=(2, 3), default=2)
     parser.add_argument("--url")
     options = parser.parse_args()
     with ExitStack() as stack:
         url = options.url or stack.enter_context(redis_server())
-        print(json.dumps(asyncio.run(bench(url, options.n, options.protocol))))
+        report = asyncio.run(bench(url, options.n, options.protocol, options.concurrency))
+        print(json.dumps(report))
 
 
 if __name__ == "__main__":
