@@ -30,13 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, KeyT
 
-__all__ = ["STORE_ERRORS", "LuaScript", "ScriptBatcher"]
-
-# What a failing Redis (or the way to it) raises through redis-py.
-STORE_ERRORS = (RedisError, OSError, TimeoutError)
+__all__ = ["LuaScript", "ScriptBatcher"]
 
 Orphaned = Callable[[Any], None]
 
@@ -109,20 +106,23 @@ class ScriptBatcher:
     async def _send(self, batch: list[_Call]) -> None:
         try:
             replies = await self._replies(batch)
-        except STORE_ERRORS as err:  # 2: the connection failed; no reply can be trusted
-            replies = [err] * len(batch)
-        except BaseException:  # cancelled (the loop is closing): nobody may wait for ever
+        except asyncio.CancelledError:  # the loop is closing: nobody may wait for ever
             for call in batch:
                 call.future.cancel()
             raise
+        except Exception as err:  # noqa: BLE001 - rule 2: whatever it is, each caller hears it
+            replies = [err] * len(batch)
+        orphans = []
         for call, reply in zip(batch, replies, strict=True):
-            if isinstance(reply, Exception):
-                if not call.future.done():
+            if not call.future.done():
+                if isinstance(reply, Exception):
                     call.future.set_exception(reply)
-            elif not call.future.done():
-                call.future.set_result(reply)
-            elif call.orphaned is not None:  # 4
-                call.orphaned(reply)
+                else:
+                    call.future.set_result(reply)
+            elif call.orphaned is not None and not isinstance(reply, Exception):
+                orphans.append((call.orphaned, reply))
+        for orphaned, reply in orphans:  # 4, once every caller has its answer
+            orphaned(reply)
 
     async def _replies(self, batch: list[_Call]) -> list[Any]:
         replies = await self._execute(batch)

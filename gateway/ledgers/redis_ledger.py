@@ -35,6 +35,7 @@ from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError
 from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
@@ -47,7 +48,7 @@ from gateway.ledgers.base import (
     clock,
     to_units,
 )
-from gateway.ledgers.batching import STORE_ERRORS, LuaScript, ScriptBatcher
+from gateway.ledgers.batching import LuaScript, ScriptBatcher
 from quota.cache import ClusterState
 from quota.ledger import (
     BUDGET_RESOURCES,
@@ -76,6 +77,8 @@ _PERIOD_EDGE = 0.001
 
 # The static part of a reconcile whose queue left the configuration: only settle.
 _SETTLE_ONLY = b'{"n":[],"r":[]}'
+
+_STORE_ERRORS = (RedisError, OSError, TimeoutError)
 
 
 def _script(name: str) -> LuaScript:
@@ -177,7 +180,7 @@ class RedisLedger:
             _RESERVE,
             (self._seq, *path.keys),
             args,
-            orphaned=lambda reply: self._give_back(queue, flavor, amounts, reply),
+            orphaned=lambda reply: self._give_back(queue, flavor, amounts, at, reply),
         )
         try:
             if int(reply[0]) == 1:
@@ -251,7 +254,7 @@ class RedisLedger:
         if self._owns_client:
             try:
                 await self._redis.aclose()
-            except STORE_ERRORS as err:
+            except _STORE_ERRORS as err:
                 raise LedgerUnavailableError(f"closing the Redis client: {err}") from err
 
     # -- internals -------------------------------------------------------------------------
@@ -266,7 +269,7 @@ class RedisLedger:
     ) -> Any:
         try:
             return await self._batcher.call(script, keys, args, orphaned=orphaned)
-        except STORE_ERRORS as err:
+        except _STORE_ERRORS as err:
             raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
 
     def _settlement(
@@ -286,12 +289,14 @@ class RedisLedger:
             args += ("" if amount is None else amount * MILLI, end)
         return (record, *path.keys), args
 
-    def _give_back(self, queue: str, flavor: str, amounts: Mapping[str, int], reply: Any) -> None:
-        """A reservation whose caller stopped waiting: release it, unobserved."""
+    def _give_back(
+        self, queue: str, flavor: str, amounts: Mapping[str, int], at: float, reply: Any
+    ) -> None:
+        """A reservation (made at ``at``) whose caller stopped waiting: release it."""
         if not (isinstance(reply, list) and reply and str(reply[0]) == "1"):
             return  # refused: nothing was taken
         grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {})
-        keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), None)
+        keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), at)
         self._batcher.call(_RECONCILE, keys, args).add_done_callback(_log_failure)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:

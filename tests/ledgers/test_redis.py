@@ -236,6 +236,19 @@ async def test_an_unreachable_redis_raises_ledger_unavailable() -> None:
         await ledger.aclose()
 
 
+async def test_a_failed_round_trip_fails_every_call_that_shared_it() -> None:
+    ledger = RedisLedger.from_url("redis://127.0.0.1:1/0", team(), socket_connect_timeout=0.5)
+    try:
+        results = await asyncio.gather(
+            *(ledger.reserve("a", POOL, {TPM: 1}, now=T0) for _ in range(5)),
+            ledger.reconcile(_grant(), {TPM: 5}, now=T0),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, LedgerUnavailableError) for r in results), results
+    finally:
+        await ledger.aclose()
+
+
 async def test_a_redis_that_never_answers_raises_ledger_unavailable() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()  # until the client gives up and closes
