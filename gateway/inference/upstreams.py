@@ -59,6 +59,8 @@ _REQUEST_DROP = frozenset(
         "cookie",
     }
 )
+
+
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """Seconds: ``connect`` per TCP/TLS connect, ``first_byte`` until response headers per
