@@ -11,7 +11,8 @@ Rules:
 1. The first call of a tick starts a flush task; every call queued before it runs
    rides along (at most ``max_batch`` per pipeline, more pipelines if needed).
 2. A reply is handed to its caller; a Redis error for one call (``ResponseError``)
-   goes to that caller only; a connection error goes to every caller of the batch.
+   goes to that caller only; a failure of the round trip itself (a connection error,
+   anything else) goes to every caller of the batch.
 3. The first pipeline loads every script given as ``preload`` ahead of its calls,
    so that calls queued in order run in order. NOSCRIPT later (the server lost its
    script cache: a restart, SCRIPT FLUSH) means the call did not run: its script is

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -18,6 +20,19 @@ from gateway.ledgers import Grant, LedgerUnavailableError, RedisLedger
 from quota.ledger import period_end
 from tests.ledgers.configs import MIDNIGHT, POOL, RPM, T0, TPD, TPM, team
 from tests.support.redis import unique_prefix
+
+
+@asynccontextmanager
+async def _own_ledger(redis_url: str, name: str) -> AsyncIterator[tuple[RedisLedger, Redis, str]]:
+    """A ledger on ``team()`` with its own client and key prefix, closed after; also the
+    client and the hash tag every key of that ledger carries."""
+    prefix = unique_prefix(name)
+    client: Redis = Redis.from_url(redis_url, decode_responses=True)
+    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
+    try:
+        yield ledger, client, "{" + prefix + "}"
+    finally:
+        await ledger.aclose()
 
 
 class _RoundTrips:
@@ -51,10 +66,8 @@ class _RoundTrips:
 
 
 async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=unique_prefix("trips"), owns_client=True)
-    try:
-        # The first call of each script may load it (NOSCRIPT, then SCRIPT LOAD): warm up.
+    async with _own_ledger(redis_url, "trips") as (ledger, client, _tag):
+        # The first round trip also loads the scripts: warm up.
         warm = await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
         assert isinstance(warm, Grant)
         await ledger.reconcile(warm, {TPM: 1}, now=T0)
@@ -74,17 +87,13 @@ async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.M
             3 + 1 + 2 + 2 + 2,
             *[3 + 1 + 2 * 3 + 3 + 2 * 3] * 2,
         ]
-    finally:
-        await ledger.aclose()
 
 
 async def test_calls_made_together_share_one_round_trip(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Concurrent calls ride one pipeline, each still its own script run and answer."""
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=unique_prefix("together"), owns_client=True)
-    try:
+    async with _own_ledger(redis_url, "together") as (ledger, client, _tag):
         await ledger.usage("a", POOL, TPM, now=T0)  # the first round trip loads the scripts
         sent = _RoundTrips(client, monkeypatch)
         # a's own 1000 plus the 200 b lends: 24 x 50 fit, the 25th and 26th do not
@@ -97,17 +106,13 @@ async def test_calls_made_together_share_one_round_trip(
         await asyncio.gather(*(ledger.release(grant, now=T0) for grant in granted))
         assert sent.names() == [["EVALSHA"] * 26, ["EVALSHA"] * 24]
         assert await ledger.usage("a", POOL, TPM, now=T0) == 0
-    finally:
-        await ledger.aclose()
 
 
 async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    await client.script_flush()  # as a fresh server has it
-    ledger = RedisLedger(client, team(), prefix=unique_prefix("noscript"), owns_client=True)
-    try:
+    async with _own_ledger(redis_url, "noscript") as (ledger, client, _tag):
+        await client.script_flush()  # as a fresh server has it
         sent = _RoundTrips(client, monkeypatch)
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
         # all four scripts ride with the first call, so calls queued in order run in order
@@ -117,37 +122,26 @@ async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
         assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"], ["EVALSHA"]]
         assert await ledger.usage("a", POOL, TPM, now=T0) == 20  # the lost EVALSHA did not run
-    finally:
-        await ledger.aclose()
 
 
 async def test_a_reservation_its_caller_abandoned_is_given_back(redis_url: str) -> None:
-    prefix = unique_prefix("abandoned")
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
-    try:
+    async with _own_ledger(redis_url, "abandoned") as (ledger, client, tag):
         reserving = asyncio.create_task(ledger.reserve("a", POOL, {TPM: 300}, now=T0))
         await asyncio.sleep(0)  # the call is queued, its round trip about to start
         reserving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reserving
         for _ in range(100):  # the reply comes, and the release it causes
-            granted = await client.get("{" + prefix + "}:seq") is not None
+            granted = await client.get(f"{tag}:seq") is not None
             if granted and await ledger.usage("a", POOL, TPM, now=T0) == 0:
                 break
             await asyncio.sleep(0.02)
-        assert await client.get("{" + prefix + "}:seq") == "1"  # it was granted...
+        assert await client.get(f"{tag}:seq") == "1"  # it was granted...
         assert await ledger.usage("a", POOL, TPM, now=T0) == 0  # ...and given back
-    finally:
-        await ledger.aclose()
 
 
 async def test_keys_share_one_hash_tag_and_go_when_done(redis_url: str) -> None:
-    prefix = unique_prefix("keys")
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
-    tag = "{" + prefix + "}"
-    try:
+    async with _own_ledger(redis_url, "keys") as (ledger, client, tag):
         grant = await ledger.reserve("a", POOL, {TPM: 100, TPD: 100}, now=T0)
         assert isinstance(grant, Grant)
         midnight = int(period_end(TPD, T0))
@@ -167,25 +161,17 @@ async def test_keys_share_one_hash_tag_and_go_when_done(redis_url: str) -> None:
         # the rate's keys emptied and so vanished; this period's budget remains
         left = {key async for key in client.scan_iter(match=f"{tag}*")}
         assert left == {f"{tag}:seq", f"{tag}:fr:{POOL}|{TPD}@{midnight}"}
-    finally:
-        await ledger.aclose()
 
 
 async def test_budget_keys_follow_period_end_to_the_microsecond(redis_url: str) -> None:
     """A path's budget keys are cached until just before the period ends; from then on
     each call asks quota.ledger.period_end, which rounds ``now`` to the microsecond."""
-    prefix = unique_prefix("period")
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
-    tag = "{" + prefix + "}"
-    try:
+    async with _own_ledger(redis_url, "period") as (ledger, client, tag):
         for at in (0.0, MIDNIGHT - 0.002, MIDNIGHT - 1e-6, MIDNIGHT - 3e-7, MIDNIGHT, 1e5):
             grant = await ledger.reserve("a", POOL, {TPD: 1}, now=T0 + at)
             assert isinstance(grant, Grant)
             end = int(period_end(TPD, T0 + at))
             assert await client.hget(f"{tag}:fr:{POOL}|{TPD}@{end}", "u:q:a"), at
-    finally:
-        await ledger.aclose()
 
 
 async def test_many_concurrent_calls_wait_for_a_free_connection(redis_url: str) -> None:
@@ -266,17 +252,14 @@ async def test_a_redis_that_never_answers_raises_ledger_unavailable() -> None:
 
 
 async def test_a_redis_that_answers_wrongly_raises_ledger_unavailable(redis_url: str) -> None:
-    prefix = unique_prefix("wrong")
-    client: Redis = Redis.from_url(redis_url, decode_responses=True)
-    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
-    try:
-        await client.rpush("{" + prefix + "}:seq", "not a counter")
-        with pytest.raises(LedgerUnavailableError) as info:
-            await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
-        assert isinstance(info.value.__cause__, ResponseError)
-    finally:
-        await client.delete("{" + prefix + "}:seq")
-        await ledger.aclose()
+    async with _own_ledger(redis_url, "wrong") as (ledger, client, tag):
+        try:
+            await client.rpush(f"{tag}:seq", "not a counter")
+            with pytest.raises(LedgerUnavailableError) as info:
+                await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
+            assert isinstance(info.value.__cause__, ResponseError)
+        finally:
+            await client.delete(f"{tag}:seq")
 
 
 async def test_a_pool_that_stays_busy_raises_ledger_unavailable(redis_url: str) -> None:
