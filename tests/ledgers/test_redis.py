@@ -19,6 +19,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.ledgers import Grant, LedgerUnavailableError, RedisLedger
 from quota.ledger import period_end
 from tests.ledgers.configs import MIDNIGHT, POOL, RPM, T0, TPD, TPM, team
+from tests.ledgers.wire import RoundTrips
 from tests.support.redis import unique_prefix
 
 
@@ -35,43 +36,13 @@ async def _own_ledger(redis_url: str, name: str) -> AsyncIterator[tuple[RedisLed
         await ledger.aclose()
 
 
-class _RoundTrips:
-    """What the ledger's client sends, one list of commands per round trip."""
-
-    def __init__(self, client: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.trips: list[list[tuple[Any, ...]]] = []
-        make_pipeline: Any = client.pipeline  # redis-py leaves these untyped
-        execute_command: Any = client.execute_command
-
-        def pipeline(*args: Any, **options: Any) -> Any:
-            pipe = make_pipeline(*args, **options)
-            execute = pipe.execute
-
-            async def recording(*args: Any, **options: Any) -> Any:
-                self.trips.append([command for command, _ in pipe.command_stack])
-                return await execute(*args, **options)
-
-            pipe.execute = recording
-            return pipe
-
-        async def command(*args: Any, **options: Any) -> Any:
-            self.trips.append([args])
-            return await execute_command(*args, **options)
-
-        monkeypatch.setattr(client, "pipeline", pipeline)
-        monkeypatch.setattr(client, "execute_command", command)
-
-    def names(self) -> list[list[str]]:
-        return [[str(command[0]) for command in trip] for trip in self.trips]
-
-
 async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with _own_ledger(redis_url, "trips") as (ledger, client, _tag):
+    async with _own_ledger(redis_url, "trips") as (ledger, _, _tag):
         # The first round trip also loads the scripts: warm up.
         warm = await ledger.reserve("a", POOL, {TPM: 1}, now=T0)
         assert isinstance(warm, Grant)
         await ledger.reconcile(warm, {TPM: 1}, now=T0)
-        sent = _RoundTrips(client, monkeypatch)
+        sent = RoundTrips(monkeypatch)
         grant = await ledger.reserve("a", POOL, {TPM: 100, RPM: 1, TPD: 100}, now=T0)
         refused = await ledger.reserve("a", POOL, {TPM: 5000}, now=T0)
         assert isinstance(grant, Grant) and not isinstance(refused, Grant)
@@ -82,7 +53,7 @@ async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.M
         # EVALSHA, sha, key count; the counter's (or the record's) key and two keys per
         # resource; one argument for all that is static, now (and the grant's id), and
         # two arguments per resource
-        assert [len(trip[0]) for trip in sent.trips] == [
+        assert [len(trip.commands[0]) for trip in sent.trips] == [
             3 + 1 + 2 * 3 + 2 + 2 * 3,
             3 + 1 + 2 + 2 + 2,
             *[3 + 1 + 2 * 3 + 3 + 2 * 3] * 2,
@@ -92,10 +63,10 @@ async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.M
 async def test_calls_made_together_share_one_round_trip(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Concurrent calls ride one pipeline, each still its own script run and answer."""
-    async with _own_ledger(redis_url, "together") as (ledger, client, _tag):
+    """Concurrent calls ride one write, each still its own script run and answer."""
+    async with _own_ledger(redis_url, "together") as (ledger, _, _tag):
         await ledger.usage("a", POOL, TPM, now=T0)  # the first round trip loads the scripts
-        sent = _RoundTrips(client, monkeypatch)
+        sent = RoundTrips(monkeypatch)
         # a's own 1000 plus the 200 b lends: 24 x 50 fit, the 25th and 26th do not
         results = await asyncio.gather(
             *(ledger.reserve("a", POOL, {TPM: 50}, now=T0) for _ in range(26))
@@ -113,14 +84,15 @@ async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
 ) -> None:
     async with _own_ledger(redis_url, "noscript") as (ledger, client, _tag):
         await client.script_flush()  # as a fresh server has it
-        sent = _RoundTrips(client, monkeypatch)
+        sent = RoundTrips(monkeypatch)
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
         # all four scripts ride with the first call, so calls queued in order run in order
         assert sent.names() == [["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
         await client.script_flush()  # as a restarted server would have it
         sent.trips.clear()
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
-        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"], ["EVALSHA"]]
+        # the lost call is sent again behind all four scripts
+        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
         assert await ledger.usage("a", POOL, TPM, now=T0) == 20  # the lost EVALSHA did not run
 
 
