@@ -30,6 +30,7 @@ def serve(host: str | None, port: int | None, config_file: str | None) -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.http_protocol import JoiningHttpToolsProtocol
 
     settings = Settings.from_env()
     _migrate_and_apply(settings, config_file)
@@ -41,6 +42,7 @@ def serve(host: str | None, port: int | None, config_file: str | None) -> None:
         port=port or settings.server.port,
         log_level=settings.server.log_level,
         access_log=settings.server.access_log,
+        http=JoiningHttpToolsProtocol,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import uvicorn
 
+from gateway.http_protocol import JoiningHttpToolsProtocol
 from tests.support.gateways import free_port
 
 __all__ = ["serving"]
@@ -16,10 +17,17 @@ __all__ = ["serving"]
 
 @asynccontextmanager
 async def serving(app: Any) -> AsyncIterator[str]:
-    """Run ``app`` (lifespan included) under uvicorn; yields its base URL."""
+    """Run ``app`` (lifespan included) under uvicorn, with the HTTP protocol ``ignara
+    serve`` uses; yields its base URL."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop="asyncio"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        loop="asyncio",
+        http=JoiningHttpToolsProtocol,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
