@@ -129,17 +129,22 @@ class UsageRecorder:
     # --- writing ------------------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Write everything pending now, batch by batch. Raises what a failed write
-        raised; its batch and all after it stay pending."""
+        """Write the records pending now, batch by batch; those that arrive meanwhile
+        wait for the next flush (else, under a steady trickle, every write would be
+        followed at once by another of the few records made during it: a commit per
+        handful of records). Raises what a failed write raised; its batch and all after
+        it stay pending."""
         async with self._lock:
-            while self._pending:
-                size = min(len(self._pending), self._batch_size)
+            left = len(self._pending)
+            while left:
+                size = min(left, self._batch_size)
                 batch = list(itertools.islice(self._pending, size))
                 async with self._database.session() as session:
                     await self._insert(session, batch)
                 for _ in range(size):
                     self._pending.popleft()
                 self._written += size
+                left -= size
 
     def _backoff(self, failures: int) -> float:
         return float(min(self._retry_max, self._retry_initial * 2 ** min(failures - 1, 30)))
@@ -181,9 +186,9 @@ class UsageRecorder:
                     await self._pause(self._stopping, delay)  # stop() retries at once
                 continue
             failed = 0
-            if stopping:
-                # No await since flush() found nothing pending: closing now means no
-                # record can slip in between the last write and the close.
+            if stopping and not self._pending:
+                # No await since the check: closing now means no record can slip in
+                # between the last write and the close.
                 self._closed = True
                 return
 

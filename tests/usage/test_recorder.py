@@ -94,6 +94,32 @@ async def test_a_full_batch_is_written_at_once_and_the_rest_after_the_interval(
     assert (recorder.written, recorder.dropped, recorder.failures) == (121, 0, 0)
 
 
+async def test_records_made_during_a_write_wait_for_the_next_interval(
+    database: Database,
+) -> None:
+    """A steady trickle (a record every 5 ms, writes that take 20 ms) is written once
+    per interval, not in a write after every write, each with the few records that
+    came during the one before."""
+    writes = 0
+
+    async def slow_insert(session: AsyncSession, records: Sequence[UsageRecord]) -> None:
+        nonlocal writes
+        writes += 1
+        await asyncio.sleep(0.02)
+        await insert_usage(session, records)
+
+    recorder = UsageRecorder(database, batch_size=1000, flush_interval=0.2, insert=slow_insert)
+    await recorder.start()
+    try:
+        for i in range(120):  # 0.6 s or more
+            recorder.record(usage(i))
+            await asyncio.sleep(0.005)
+    finally:
+        await recorder.stop()
+    assert (await stored(database), recorder.dropped) == (120, 0)
+    assert writes <= 6, writes  # one per interval, and the last at stop
+
+
 async def test_stop_writes_everything_pending_and_later_records_are_dropped(
     database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
