@@ -2,10 +2,11 @@
 
 Every replica runs the same Lua scripts, one EVALSHA per call, and a script runs
 atomically, so however many replicas race, each reservation sees the usage every
-earlier one left. Calls made in the same tick of the event loop share one round
-trip (:mod:`gateway.ledgers.batching`); a reservation whose caller stopped waiting
-is given back as soon as its reply arrives. The key layout is described in
-``lua/common.lua``; every key carries the hash tag ``{prefix}``.
+earlier one left. The calls are pipelined on one connection, those made in the
+same tick of the event loop in one write (:mod:`gateway.ledgers.batching`); a
+reservation whose caller stopped waiting is given back as soon as its reply
+arrives. The key layout is described in ``lua/common.lua``; every key carries the
+hash tag ``{prefix}``.
 
 Only usage lives in Redis. The static part of the tree (each node on a queue's
 path with its guaranteed quota, subtree quota and borrowing limit) comes from the
@@ -138,18 +139,19 @@ class RedisLedger:
         config: QuotaConfig,
         *,
         prefix: str = "ignara",
-        max_connections: int = 256,
+        max_connections: int = 4,
         timeout: float | None = 5.0,
         socket_connect_timeout: float | None = 5.0,
         socket_timeout: float | None = None,
     ) -> RedisLedger:
         """A ledger on its own pool of at most ``max_connections`` connections.
 
-        A call that finds them all busy waits up to ``timeout`` seconds for one (None:
-        for ever) rather than failing at once, so any number of concurrent calls is
-        fine. ``socket_connect_timeout`` and ``socket_timeout`` (each read; None: no
-        limit) bound how long an unreachable or hung server can hold a call. Options
-        in the URL's query string (``?socket_timeout=2``) win over these.
+        Its calls, however many run at once, share one connection of the pool (a
+        broken one is replaced while it is given back, so two at most), taken when
+        the first call needs it: waiting for it takes up to ``timeout`` seconds (None:
+        for ever). ``socket_connect_timeout`` and ``socket_timeout`` (each read; None:
+        no limit) bound how long an unreachable or hung server can hold a call.
+        Options in the URL's query string (``?socket_timeout=2``) win over these.
         """
         pool = BlockingConnectionPool.from_url(
             url,

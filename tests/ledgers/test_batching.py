@@ -132,3 +132,13 @@ async def test_aclose_waits_for_calls_on_the_wire_and_gives_the_connection_back(
         assert slow.done() and slow.result() == "slow"
         pool = client.connection_pool
         assert pool._in_use_connections == set()  # private, but nothing public tells
+
+
+async def test_a_call_with_an_argument_redis_cannot_take_fails_alone(redis_url: str) -> None:
+    async with _batcher(redis_url) as (batcher, _client, _admin):
+        slow = batcher.call(SLOW, [], [100_000, "slow"])
+        await asyncio.sleep(0.02)  # on the wire
+        with pytest.raises(TypeError):
+            await batcher.call(ECHO, [], [None])  # type: ignore[list-item]
+        assert await slow == "slow"  # the call before it on the connection is unharmed
+        assert await batcher.call(ECHO, [], ["next"]) == "next"
