@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["JoiningHttpToolsProtocol"]
+__all__ = ["JoiningHttpToolsProtocol", "JoiningTransport"]
 
 _HEAD = b"HTTP/1.1 "  # how uvicorn's status lines, and so its heads, begin
 
