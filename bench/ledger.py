@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.ledger [-n 5000] [--concurrency 1] [--protocol 2|3] [--url URL]
 
-With ``--concurrency`` above 1, calls made in the same event-loop tick share one
-pipelined round trip (``gateway/ledgers/batching.py``), as under a gateway's load.
+The ledger's calls are pipelined on one Redis connection; with ``--concurrency`` above
+1, those made in the same event-loop tick go out in one write
+(``gateway/ledgers/batching.py``), as under a gateway's load.
 
 Not a test (pytest does not collect it). Uses ``--url``, else ``REDIS_URL``, else a
 throwaway ``redis-server`` (``tests/support/redis.py``). Each pair reserves
