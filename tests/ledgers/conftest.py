@@ -1,16 +1,31 @@
-"""Ledger fixtures: ``make_ledger`` builds either implementation from a config."""
+"""Ledger fixtures: ``make_ledger`` builds either implementation from a config; the
+batcher's tests run on both event loops."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import pytest
+import uvloop
 
 from gateway.ledgers import Ledger, MemoryLedger, RedisLedger
 from quota.model import QuotaConfig
 from tests.support.redis import unique_prefix
 
 MakeLedger = Callable[[QuotaConfig], Ledger]
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, LoopFactory]:
+    """The batcher sits on a transport's callbacks, which each event loop implements
+    itself: its tests run on asyncio's own loop and on uvloop (the gateway's)."""
+    if item.path.name == "test_batching.py":
+        return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -1,5 +1,7 @@
 """The script batcher on a real Redis: one connection, writes that never wait for
-earlier replies, and a connection that fails or goes away replaced by the next flush."""
+earlier replies, and a connection that fails or goes away replaced by the next flush.
+Every test runs on asyncio's own event loop and on uvloop (the gateway's): see
+``conftest.py``."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.ledgers.batching import LuaScript, ScriptBatcher
 from tests.ledgers.wire import RoundTrips
@@ -25,11 +29,13 @@ ECHO = LuaScript.of("return ARGV[1]")
 
 
 @asynccontextmanager
-async def _batcher(redis_url: str) -> AsyncIterator[tuple[ScriptBatcher, Redis, Redis]]:
+async def _batcher(
+    redis_url: str, **options: Any
+) -> AsyncIterator[tuple[ScriptBatcher, Redis, Redis]]:
     """A batcher on a client whose connections carry a name of their own; also that
     client and a second one, to look at and kill the first one's connections."""
     name = f"batcher-{uuid.uuid4().hex[:12]}"
-    client = Redis.from_url(redis_url, decode_responses=True, client_name=name)
+    client = Redis.from_url(redis_url, decode_responses=True, client_name=name, **options)
     admin = Redis.from_url(redis_url, decode_responses=True)
     batcher = ScriptBatcher(client, preload=(SLOW, ECHO))
     try:
@@ -132,6 +138,36 @@ async def test_aclose_waits_for_calls_on_the_wire_and_gives_the_connection_back(
         assert slow.done() and slow.result() == "slow"
         pool = client.connection_pool
         assert pool._in_use_connections == set()  # private, but nothing public tells
+
+
+async def test_the_connection_goes_back_to_the_pool_fit_for_other_commands(
+    redis_url: str,
+) -> None:
+    """The batcher put its own protocol on the connection's transport: the pool must not
+    hand that connection to anyone as it is."""
+    async with _batcher(redis_url) as (batcher, client, _admin):
+        assert await batcher.call(ECHO, [], ["mine"]) == "mine"
+        await batcher.aclose()
+        key = f"batched-{uuid.uuid4().hex[:12]}"
+        assert await client.set(key, "v") and await client.get(key) == "v"
+        await client.delete(key)
+        assert await batcher.call(ECHO, [], ["again"]) == "again"  # a fresh link
+
+
+async def test_no_reply_within_the_read_timeout_fails_the_waiting_calls_only(
+    redis_url: str,
+) -> None:
+    async with _batcher(redis_url, socket_timeout=0.05) as (batcher, client, admin):
+        assert await batcher.call(ECHO, [], ["warm"]) == "warm"
+        name = client.get_connection_kwargs()["client_name"]
+        (first,) = await _connections_named(admin, name)
+        late = batcher.call(SLOW, [], [200_000, "late"])
+        with pytest.raises(RedisTimeoutError):
+            await late
+        await asyncio.sleep(0.2)  # Redis is done with the slow script
+        # the next call rides a new connection
+        assert await batcher.call(ECHO, [], ["next"]) == "next"
+        assert first not in await _connections_named(admin, name)
 
 
 async def test_a_call_with_an_argument_redis_cannot_take_fails_alone(redis_url: str) -> None:

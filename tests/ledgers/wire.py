@@ -1,4 +1,4 @@
-"""What Redis clients write: every write of every connection, decoded."""
+"""What the ledger writes to Redis: every write of every batcher connection, decoded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import hiredis
 import pytest
-from redis.asyncio import Connection
+
+from gateway.ledgers import batching
 
 Command = tuple[bytes, ...]
 
@@ -17,24 +18,25 @@ class Trip:
     """One write: the connection that made it and the commands it carried. A client
     that never waits for a reply before its next write makes one round trip per write."""
 
-    connection: int  # id() of the connection object
+    connection: int  # id() of the batcher's link on a connection
     commands: list[Command]
 
 
 class RoundTrips:
-    """Records every write of every redis-py asyncio connection while installed."""
+    """Records every write of every :class:`~gateway.ledgers.batching.ScriptBatcher`
+    connection while installed (they all go through ``_Link.write``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.trips: list[Trip] = []
-        send: Any = Connection.send_packed_command  # redis-py leaves it untyped
+        write: Any = batching._Link.write
 
-        async def recording(connection: Connection, command: Any, *args: Any, **kw: Any) -> Any:
+        def recording(link: Any, loads: list[bytes], calls: list[Any]) -> None:
             reader = hiredis.Reader()  # a command is written as a RESP array, like a reply
-            reader.feed(command if isinstance(command, bytes) else b"".join(command))
-            self.trips.append(Trip(id(connection), list(iter(reader.gets, False))))
-            return await send(connection, command, *args, **kw)
+            reader.feed(b"".join([*loads, *(call.packed for call in calls)]))
+            self.trips.append(Trip(id(link), list(iter(reader.gets, False))))
+            write(link, loads, calls)
 
-        monkeypatch.setattr(Connection, "send_packed_command", recording)
+        monkeypatch.setattr(batching._Link, "write", recording)
 
     def names(self) -> list[list[str]]:
         """Per write, the name of each command ("EVALSHA", "SCRIPT LOAD")."""
