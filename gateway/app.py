@@ -2,29 +2,50 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
+from litestar.types import HTTPScope
 
 from gateway.admin import AdminController, ModelController
 from gateway.auth import auth_middleware
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
 from gateway.inference.controllers import InferenceController
+from gateway.inference.routes import InferenceRoutes
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.usage import UsageController
 from gateway.workloads import WorkloadController
 
-__all__ = ["MAX_BODY_BYTES", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "GatewayApp", "create_app"]
 
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def create_app(settings: Settings | None = None) -> Litestar:
+class GatewayApp(Litestar):
+    """Litestar, with the inference calls (:mod:`gateway.inference.routes`) answered
+    before its router sees them: they are the hot path."""
+
+    def __init__(self, *, inference_routes: InferenceRoutes, **options: Any) -> None:
+        super().__init__(**options)
+        self.inference_routes = inference_routes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        kind = InferenceRoutes.kind_of(scope)
+        if kind is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await self.inference_routes.serve(kind, cast("HTTPScope", scope), receive, send)
+
+
+def create_app(settings: Settings | None = None) -> GatewayApp:
     services = Services.build(settings or Settings.from_env())
-    return Litestar(
+    return GatewayApp(
+        inference_routes=InferenceRoutes(services.authenticator, services.inference),
         route_handlers=[
             HealthController,
             WorkloadController,

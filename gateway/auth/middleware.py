@@ -37,7 +37,13 @@ from gateway.auth.errors import (
 )
 from gateway.errors import error_body
 
-__all__ = ["DEFAULT_EXCLUDE_PATHS", "AuthenticationMiddleware", "auth_middleware"]
+__all__ = [
+    "DEFAULT_EXCLUDE_PATHS",
+    "AuthenticationMiddleware",
+    "auth_middleware",
+    "one_authorization",
+    "refusal",
+]
 
 DEFAULT_EXCLUDE_PATHS: tuple[str, ...] = ("^/healthz$", "^/readyz$", "^/schema(?:/|$)")
 """Paths (regular expressions) served without credentials: the probes and the OpenAPI schema."""
@@ -93,9 +99,7 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
 
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:  # type: ignore[type-arg]
         values = connection.headers.getall("authorization", [])
-        if len(values) > 1:
-            raise InvalidCredentialsError("Send one Authorization header, not several.")
-        identity = await self.authenticator.authenticate(values[0] if values else None)
+        identity = await self.authenticator.authenticate(one_authorization(values))
         return AuthenticationResult(user=identity, auth=identity.via)
 
     async def _refuse(self, scope: Scope, send: Send, err: AuthenticationError) -> None:
@@ -107,28 +111,38 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
             }
             await send(close)
             return
-        body = msgspec.json.encode(error_body(err.status_code, err.code, err.message))
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode("ascii")),
-            (b"cache-control", b"no-store"),
-        ]
-        if err.status_code == 401:
-            headers.append((b"www-authenticate", self._challenge(err).encode("latin-1")))
-        start: Message = {
-            "type": "http.response.start",
-            "status": err.status_code,
-            "headers": headers,
-        }
+        status, headers, body = refusal(err, self.realm)
+        start: Message = {"type": "http.response.start", "status": status, "headers": headers}
         await send(start)
         end: Message = {"type": "http.response.body", "body": body, "more_body": False}
         await send(end)
 
-    def _challenge(self, err: AuthenticationError) -> str:
-        """The RFC 6750 challenge: bare when no credential was sent, else ``invalid_token``."""
-        if isinstance(err, MissingCredentialsError):
-            return f'Bearer realm="{self.realm}"'
-        return f'Bearer realm="{self.realm}", error="invalid_token"'
+
+def one_authorization(values: Sequence[str]) -> str | None:
+    """The request's ``Authorization`` header value (None if absent); several are refused."""
+    if len(values) > 1:
+        raise InvalidCredentialsError("Send one Authorization header, not several.")
+    return values[0] if values else None
+
+
+def refusal(err: AuthenticationError, realm: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The HTTP answer to a failed authentication: status, headers and JSON body."""
+    body = msgspec.json.encode(error_body(err.status_code, err.code, err.message))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"cache-control", b"no-store"),
+    ]
+    if err.status_code == 401:
+        headers.append((b"www-authenticate", _challenge(err, realm).encode("latin-1")))
+    return err.status_code, headers, body
+
+
+def _challenge(err: AuthenticationError, realm: str) -> str:
+    """The RFC 6750 challenge: bare when no credential was sent, else ``invalid_token``."""
+    if isinstance(err, MissingCredentialsError):
+        return f'Bearer realm="{realm}"'
+    return f'Bearer realm="{realm}", error="invalid_token"'
 
 
 def auth_middleware(
