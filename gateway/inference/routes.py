@@ -7,7 +7,7 @@ and refusals as :mod:`gateway.auth.middleware`), read the body (at most
 :data:`MAX_BODY_BYTES`), hand both to the service and send its answer; a streamed
 answer goes out through Litestar's own streaming response, which also cancels the
 stream when the client leaves. Skipping Litestar's router, middleware stack, request
-object and handler signature takes about 0.14 ms of CPU off every call and 0.13 ms
+object and handler signature takes about 0.11 ms of CPU off every call and as much
 off its latency at concurrency 1 on the benchmark machine (``bench/proxy.py``,
 interleaved runs). ``GET /v1/models`` and every other route stay with Litestar
 (:mod:`gateway.inference.controllers`); :class:`gateway.app.GatewayApp` sends
