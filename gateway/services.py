@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -19,6 +17,7 @@ from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
+from gateway.background import Rounds
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.service import InferenceService
@@ -58,7 +57,6 @@ class Services:
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
-    _watcher: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -133,19 +131,15 @@ class Services:
             return
         self.config_version = version
 
-    async def watch_config(self, interval: float = 1.0) -> None:
-        """Another replica may change the config: reload when the audit log moves."""
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                async with self.database.session() as session:
-                    version = await config_version(session)
-                if version != self.config_version:
-                    await self.reload_config()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the top of a background task: log, never die
-                log.exception("cannot reload the config; retrying")
+    async def check_config(self) -> None:
+        """Another replica may change the config: reload when the audit log moved."""
+        try:
+            async with self.database.session() as session:
+                version = await config_version(session)
+            if version != self.config_version:
+                await self.reload_config()
+        except Exception:  # the top of a background task: log, never die
+            log.exception("cannot reload the config; retrying")
 
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
@@ -154,15 +148,14 @@ class Services:
         await self.upstreams.start()
         await self.recorder.start()
         await self.health.start()
-        self._watcher = asyncio.create_task(self.watch_config(), name="ignara-config-watch")
+        watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
+        watcher.start()
         self.runtime = AdmissionRuntime(self.database, self.backends)
         await self.runtime.start()
         try:
             yield
         finally:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+            await watcher.stop()
             await self.health.stop()
             await self.runtime.stop()
             await self.inference.drain()

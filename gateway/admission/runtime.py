@@ -3,8 +3,6 @@ leader lock runs the passes; the others keep trying to take over."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -12,6 +10,7 @@ from gateway.admission.dispatcher import Dispatcher
 from gateway.admission.leader import LeaderLock
 from gateway.admission.loop import AdmissionLoop, StaleDecisionError
 from gateway.backends import Backend
+from gateway.background import Rounds
 from tenants import Database
 
 __all__ = ["AdmissionRuntime"]
@@ -26,8 +25,7 @@ class AdmissionRuntime:
         self.lock = LeaderLock(database)
         self.loop = AdmissionLoop(database)
         self.dispatcher = Dispatcher(database, backends)
-        self.interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")
 
     async def step(self) -> bool:
         """One round as leader, if this process is (or becomes) the leader."""
@@ -40,27 +38,22 @@ class AdmissionRuntime:
         await self.dispatcher.run_pass()
         return True
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.step()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the top of a background task: log, never die
-                # A round that fails for any reason must not end admission for good (the
-                # lock would stay held by a process that no longer admits): say why, give
-                # the lock up so any replica may lead, and try again.
-                log.exception("admission round failed; releasing leadership and retrying")
-                await self.lock.release()
-            await asyncio.sleep(self.interval)
+    async def round(self) -> None:
+        """:meth:`step`, and whatever goes wrong in it logged, never raised."""
+        try:
+            await self.step()
+        except Exception:  # the top of a background task: log, never die
+            # A round that fails for any reason must not end admission for good (the
+            # lock would stay held by a process that no longer admits): say why, give
+            # the lock up so any replica may lead, and try again.
+            log.exception("admission round failed; releasing leadership and retrying")
+            await self.lock.release()
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="ignara-admission")
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Let the round in progress finish (its transaction commits or rolls back
+        whole), then give up leadership."""
+        await self._rounds.stop()
         await self.lock.release()

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
@@ -163,3 +164,38 @@ async def test_a_failing_round_does_not_end_admission(
             break
         await asyncio.sleep(0.05)
     assert calls > 1 and (await row(database, wid)).state == "succeeded"
+
+
+async def test_stopping_lets_the_pass_in_progress_end_and_gives_its_connection_back(
+    runtime: AdmissionRuntime, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cancelling a pass inside its session left the connection to the garbage
+    # collector (SQLAlchemy warned "non-checked-in connection" at shutdown).
+    original = runtime.loop.run_pass
+    in_session, finished = asyncio.Event(), asyncio.Event()
+
+    async def slow_pass() -> Any:
+        async with database.session() as session:
+            await session.exec(select(WorkloadRow))
+            in_session.set()
+            await asyncio.sleep(0.2)
+        finished.set()
+        return await original()
+
+    monkeypatch.setattr(runtime.loop, "run_pass", slow_pass)
+    checked_out = 0
+
+    def count(delta: int) -> Callable[..., None]:
+        def listener(*_: Any) -> None:
+            nonlocal checked_out
+            checked_out += delta
+
+        return listener
+
+    pool = database.engine.sync_engine.pool
+    event.listen(pool, "checkout", count(+1))
+    event.listen(pool, "checkin", count(-1))
+    await runtime.start()
+    await asyncio.wait_for(in_session.wait(), timeout=10)
+    await runtime.stop()
+    assert finished.is_set() and checked_out == 0
