@@ -47,7 +47,7 @@ class Rounds:
 
     def start(self) -> None:
         if self._task is None:
-            self._stopping.clear()
+            self._stopping = asyncio.Event()  # an Event keeps to the loop it first waits on
             self._task = asyncio.create_task(self._run(), name=self._name)
             self._task.add_done_callback(self._report)
 

@@ -88,3 +88,20 @@ async def test_an_error_that_escapes_a_round_ends_the_rounds_and_is_logged(
         await rounds.stop()
     assert count == 1
     assert "fragile ended" in caplog.text and "broken round" in caplog.text
+
+
+async def test_rounds_can_start_again_after_a_stop() -> None:
+    count = 0
+
+    async def one_round() -> None:
+        nonlocal count
+        count += 1
+
+    rounds = Rounds(one_round, interval=0.01, name="test")
+    rounds.start()
+    await rounds.stop()
+    first = count
+    rounds.start()
+    while count < first + 2:
+        await asyncio.sleep(0.01)
+    await rounds.stop()
