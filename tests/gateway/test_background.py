@@ -19,8 +19,12 @@ async def test_rounds_repeat_every_interval_until_stopped() -> None:
 
     rounds = Rounds(one_round, interval=0.01, name="test")
     rounds.start()
-    while count < 3:
-        await asyncio.sleep(0.01)
+
+    async def three() -> None:
+        while count < 3:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(three(), timeout=5)
     await rounds.stop()
     stopped_at = count
     await asyncio.sleep(0.05)
@@ -102,6 +106,10 @@ async def test_rounds_can_start_again_after_a_stop() -> None:
     await rounds.stop()
     first = count
     rounds.start()
-    while count < first + 2:
-        await asyncio.sleep(0.01)
+
+    async def two_more() -> None:
+        while count < first + 2:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(two_more(), timeout=5)
     await rounds.stop()
