@@ -42,7 +42,7 @@ __all__ = [
     "AuthenticationMiddleware",
     "auth_middleware",
     "one_authorization",
-    "refusal",
+    "send_refusal",
 ]
 
 DEFAULT_EXCLUDE_PATHS: tuple[str, ...] = ("^/healthz$", "^/readyz$", "^/schema(?:/|$)")
@@ -111,11 +111,7 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
             }
             await send(close)
             return
-        status, headers, body = refusal(err, self.realm)
-        start: Message = {"type": "http.response.start", "status": status, "headers": headers}
-        await send(start)
-        end: Message = {"type": "http.response.body", "body": body, "more_body": False}
-        await send(end)
+        await send_refusal(send, err, self.realm)
 
 
 def one_authorization(values: Sequence[str]) -> str | None:
@@ -125,8 +121,9 @@ def one_authorization(values: Sequence[str]) -> str | None:
     return values[0] if values else None
 
 
-def refusal(err: AuthenticationError, realm: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """The HTTP answer to a failed authentication: status, headers and JSON body."""
+async def send_refusal(send: Send, err: AuthenticationError, realm: str) -> None:
+    """Answer a failed authentication over HTTP: its status, a JSON body, and for a 401
+    the RFC 6750 challenge."""
     body = msgspec.json.encode(error_body(err.status_code, err.code, err.message))
     headers = [
         (b"content-type", b"application/json"),
@@ -135,7 +132,10 @@ def refusal(err: AuthenticationError, realm: str) -> tuple[int, list[tuple[bytes
     ]
     if err.status_code == 401:
         headers.append((b"www-authenticate", _challenge(err, realm).encode("latin-1")))
-    return err.status_code, headers, body
+    start: Message = {"type": "http.response.start", "status": err.status_code, "headers": headers}
+    await send(start)
+    end: Message = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(end)
 
 
 def _challenge(err: AuthenticationError, realm: str) -> str:

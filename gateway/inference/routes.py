@@ -27,7 +27,7 @@ from litestar.types import HTTPRequestEvent, HTTPScope, Message, Receive, Scope,
 
 from gateway.auth import Authenticator
 from gateway.auth.errors import AuthenticationError
-from gateway.auth.middleware import one_authorization, refusal
+from gateway.auth.middleware import one_authorization, send_refusal
 from gateway.errors import error_body
 from gateway.inference.calls import CallKind
 from gateway.inference.problems import InferenceError
@@ -91,8 +91,7 @@ class InferenceRoutes:
             identity = await self._authenticator.authenticate(one_authorization(authorizations))
         except AuthenticationError as err:
             log.info("authentication refused (%s) for %r", err.code, scope["path"])
-            status, refusal_headers, body = refusal(err, self._realm)
-            await _send(send, status, refusal_headers, body)
+            await send_refusal(send, err, self._realm)
             return
         try:
             raw = await self._body(receive, headers.get("content-length"))
@@ -181,11 +180,13 @@ async def _send_problem(send: Send, problem: InferenceError) -> None:
 
 
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    """One whole response; ``content-length`` is added here, and any already given is
-    replaced."""
-    headers = [(n, v) for n, v in headers if n != b"content-length"]
-    headers.append((b"content-length", str(len(body)).encode("ascii")))
-    start: Message = {"type": "http.response.start", "status": status, "headers": headers}
+    """One whole response; ``content-length`` is added here (no caller gives one)."""
+    length = (b"content-length", str(len(body)).encode("ascii"))
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [*headers, length],
+    }
     await send(start)
     end: Message = {"type": "http.response.body", "body": body, "more_body": False}
     await send(end)
