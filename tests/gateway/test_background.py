@@ -10,25 +10,34 @@ import pytest
 from gateway.background import Rounds
 
 
+class Counted:
+    """A round that only counts itself."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self) -> None:
+        self.count += 1
+
+    async def reach(self, count: int) -> None:
+        """Wait (5 s at most) until ``count`` rounds have run."""
+
+        async def poll() -> None:
+            while self.count < count:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(poll(), timeout=5)
+
+
 async def test_rounds_repeat_every_interval_until_stopped() -> None:
-    count = 0
-
-    async def one_round() -> None:
-        nonlocal count
-        count += 1
-
-    rounds = Rounds(one_round, interval=0.01, name="test")
+    counted = Counted()
+    rounds = Rounds(counted, interval=0.01, name="test")
     rounds.start()
-
-    async def three() -> None:
-        while count < 3:
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(three(), timeout=5)
+    await counted.reach(3)
     await rounds.stop()
-    stopped_at = count
+    stopped_at = counted.count
     await asyncio.sleep(0.05)
-    assert count == stopped_at  # no round after stop
+    assert counted.count == stopped_at  # no round after stop
 
 
 async def test_stop_lets_the_round_in_progress_finish() -> None:
@@ -95,21 +104,11 @@ async def test_an_error_that_escapes_a_round_ends_the_rounds_and_is_logged(
 
 
 async def test_rounds_can_start_again_after_a_stop() -> None:
-    count = 0
-
-    async def one_round() -> None:
-        nonlocal count
-        count += 1
-
-    rounds = Rounds(one_round, interval=0.01, name="test")
+    counted = Counted()
+    rounds = Rounds(counted, interval=0.01, name="test")
     rounds.start()
     await rounds.stop()
-    first = count
+    first = counted.count
     rounds.start()
-
-    async def two_more() -> None:
-        while count < first + 2:
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(two_more(), timeout=5)
+    await counted.reach(first + 2)
     await rounds.stop()
