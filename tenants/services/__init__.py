@@ -5,6 +5,7 @@ from tenants.services.config import (
     ApplyReport,
     apply_config,
     export_config,
+    is_unconfigured,
     load_quota_config,
 )
 
@@ -13,5 +14,6 @@ __all__ = [
     "ApplyReport",
     "apply_config",
     "export_config",
+    "is_unconfigured",
     "load_quota_config",
 ]
