@@ -87,6 +87,7 @@ def _migrate_and_apply(
     (with ``only_if_unconfigured``, only when nothing was configured yet)."""
     import asyncio
 
+    from gateway.inference.catalog import refused_key_variable
     from quota.errors import ConfigError
     from tenants import Database, TenantsError, load_config_file
     from tenants.services import apply_config, is_unconfigured
@@ -98,6 +99,10 @@ def _migrate_and_apply(
             if config_file is None:
                 return "schema up to date"
             config = load_config_file(config_file)
+            if (
+                error := refused_key_variable(config.models, settings.inference.key_rule)
+            ) is not None:
+                raise ConfigError(error)
             async with database.session() as session:
                 if only_if_unconfigured and not await is_unconfigured(session):
                     return (

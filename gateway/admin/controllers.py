@@ -13,6 +13,7 @@ from litestar.params import JSONBody, Parameter
 from msgspec import Meta
 from sqlmodel import col, select
 
+from gateway.admin.models import check_key_variables
 from gateway.auth import Identity, generate_api_key, hash_secret
 from gateway.authorization import authorize
 from gateway.errors import ApiError
@@ -74,6 +75,7 @@ class AdminController(Controller):
     ) -> ApplyOut:
         await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
+        check_key_variables(config.models, services.settings.inference.key_rule)
         async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
         if report.changed:
