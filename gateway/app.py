@@ -16,6 +16,7 @@ from gateway.errors import exception_handlers
 from gateway.health import HealthController
 from gateway.inference.controllers import InferenceController
 from gateway.inference.routes import InferenceRoutes
+from gateway.json_bodies import GatewayRequest
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.usage import UsageController
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         exception_handlers=exception_handlers,
         lifespan=[services.lifespan],
         request_max_body_size=MAX_BODY_BYTES,
+        request_class=GatewayRequest,
         openapi_config=OpenAPIConfig(title="Ignara Gateway", version="0.1.0", path="/schema"),
         state=State({"services": services}),
     )

@@ -14,13 +14,21 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
+from litestar.params import ParameterKwarg
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from quota.errors import QuotaError
 from quota.resources import QuantityError
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
 
-__all__ = ["ApiError", "error_body", "error_response", "error_type", "exception_handlers"]
+__all__ = [
+    "ApiError",
+    "error_body",
+    "error_code",
+    "error_response",
+    "error_type",
+    "exception_handlers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +65,10 @@ def error_body(status: int, code: str, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type(status), "code": code}}
 
 
-def error_response(status: int, code: str, message: str) -> Response[dict[str, Any]]:
-    return Response(error_body(status, code, message), status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, Any]]:
+    return Response(error_body(status, code, message), status_code=status, headers=headers)
 
 
 _CODES = {
@@ -75,24 +85,44 @@ _CODES = {
 }
 
 
-def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
-    code = getattr(exc, "code", None) or _CODES.get(exc.status_code, "error")
+def error_code(status: int) -> str:
+    """The ``code`` of an error that has no more precise one."""
+    return _CODES.get(status, "internal_error" if status >= 500 else "error")
+
+
+def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    code = getattr(exc, "code", None) or error_code(exc.status_code)
     message = str(exc.detail)
     if isinstance(exc, ValidationException) and exc.extra:
-        message = _validation_message(exc.extra) or message
-    return error_response(exc.status_code, code, message)
+        message = _validation_message(request, exc.extra) or message
+    elif exc.status_code == 405 and exc.headers and "allow" in exc.headers:
+        message = f"{request.method} is not allowed here (allowed: {exc.headers['allow']})"
+    # Litestar's own headers, e.g. a 405's Allow.
+    return error_response(exc.status_code, code, message, exc.headers)
 
 
-def _validation_message(extra: Any) -> str:
+def _validation_message(request: Request[Any, Any, Any], extra: Any) -> str:
     items = extra if isinstance(extra, list) else [extra]
     parts = []
     for item in items[:5]:
         if isinstance(item, dict):
-            where = item.get("key") or item.get("source") or ""
+            where = _wire_name(request, item.get("key")) or item.get("source") or ""
             parts.append(f"{where}: {item.get('message', '')}".strip(": "))
         else:
             parts.append(str(item))
     return "; ".join(parts)
+
+
+def _wire_name(request: Request[Any, Any, Any], key: Any) -> Any:
+    """The name a parameter has in the request (``Idempotency-Key``, ``state``) rather
+    than in the handler's signature, which is what Litestar's messages say."""
+    handler = request.scope.get("route_handler")
+    parameter = handler.parsed_fn_signature.parameters.get(key) if handler and key else None
+    definition = getattr(parameter, "kwarg_definition", None)
+    if isinstance(definition, ParameterKwarg):
+        aliases = (getattr(definition, "name", None), definition.header, definition.query)
+        return next((alias for alias in aliases if alias), key)
+    return key
 
 
 def _domain(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:

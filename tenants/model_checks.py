@@ -8,9 +8,10 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["base_url_error", "env_name_error", "model_name_error"]
+__all__ = ["MODEL_NAME_PATTERN", "base_url_error", "env_name_error", "model_name_error"]
 
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
+_MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 

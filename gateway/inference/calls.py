@@ -64,6 +64,10 @@ def parse_call(kind: CallKind, raw: bytes, default_max_tokens: int) -> Call:
         body = _decoder.decode(raw)
     except msgspec.DecodeError:
         raise _invalid("the body is not valid JSON", None) from None
+    except UnicodeDecodeError as err:  # msgspec checks the UTF-8 of every string it decodes
+        raise _invalid(f"the body is not valid UTF-8 (byte {err.start})", None) from None
+    except RecursionError:  # msgspec's own bound: the interpreter's recursion limit
+        raise _invalid("the body nests arrays or objects too deeply", None) from None
     if not isinstance(body, dict):
         raise _invalid("the body must be a JSON object", None)
     model = body.get("model")

@@ -1,11 +1,14 @@
 """Errors of the ``/v1`` routes, in OpenAI's shape so OpenAI clients handle them:
-``{"error": {"message", "type", "param", "code"}}`` (plus ``ignara`` details)."""
+``{"error": {"message", "type", "param", "code"}}`` (plus ``ignara`` details). ``code``
+is never null, as on every other route: by default it is the status's generic one."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
+
+from gateway.errors import error_code
 
 __all__ = ["InferenceError"]
 
@@ -40,7 +43,7 @@ class InferenceError(Exception):
             "message": self.message,
             "type": self.type,
             "param": self.param,
-            "code": self.code,
+            "code": self.code or error_code(self.status),
         }
         if self.detail is not None:
             error["ignara"] = self.detail

@@ -16,13 +16,15 @@ from gateway.errors import ApiError
 from gateway.policy import PolicyEngine
 from gateway.usage.schemas import UsageOut
 from tenants import Database
+from tenants.model_checks import MODEL_NAME_PATTERN
 from tenants.models._base import utcnow
 from tenants.services.usage import usage_summary
 
-__all__ = ["DEFAULT_DAYS", "MAX_DAYS", "UsageController"]
+__all__ = ["DEFAULT_DAYS", "EARLIEST_DAY", "LATEST_DAY", "MAX_DAYS", "UsageController"]
 
 DEFAULT_DAYS = 30  # today and the 29 days before it
 MAX_DAYS = 366  # a leap year: bounds the rows one request reads
+EARLIEST_DAY, LATEST_DAY = date(1970, 1, 1), date(2999, 12, 31)
 
 TenantName = Annotated[
     str | None,
@@ -32,13 +34,27 @@ TenantName = Annotated[
     ),
 ]
 ModelName = Annotated[
-    str | None, Parameter(min_length=1, max_length=128, description="Only this model.")
+    str | None, Parameter(pattern=MODEL_NAME_PATTERN, description="Only this model.")
 ]
-Day = Annotated[date | None, Parameter(description="A UTC day, ISO 8601 (2026-11-22).")]
+Day = Annotated[
+    date | None,
+    Parameter(
+        description=f"A UTC day, ISO 8601 (2026-11-22), from {EARLIEST_DAY} to {LATEST_DAY}."
+    ),
+]
 
 
 def period(start: date | None, end: date | None) -> tuple[date, date]:
-    """The days asked for, both included: by default the last 30 up to today (UTC)."""
+    """The days asked for, both included: by default the last 30 up to today (UTC).
+    Either end lies from :data:`EARLIEST_DAY` to :data:`LATEST_DAY`: no usage lies
+    outside, and day arithmetic near year 1 or 9999 overflows."""
+    for name, day in (("start", start), ("end", end)):
+        if day is not None and not EARLIEST_DAY <= day <= LATEST_DAY:
+            raise ApiError(
+                400,
+                "invalid_request",
+                f"{name}: {day} is not from {EARLIEST_DAY} to {LATEST_DAY}",
+            )
     if end is None:
         end = utcnow().date()
     if start is None:

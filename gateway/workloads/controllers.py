@@ -3,7 +3,6 @@ tenant's training workloads."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, post
@@ -17,10 +16,12 @@ from gateway.errors import ApiError
 from gateway.policy import PolicyEngine
 from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
 from tenants import Database
+from tenants.errors import InvalidRequestError
 from tenants.services.workloads import (
     cancel_workload,
     get_workload,
     list_workloads,
+    parse_cursor,
     submit_workload,
 )
 
@@ -54,13 +55,10 @@ def _admission_input(data: WorkloadIn) -> dict[str, Any]:
 
 
 def _check_cursor(cursor: str) -> None:
-    created, _, last_id = cursor.partition("|")
     try:
-        datetime.fromisoformat(created)
-    except ValueError:
-        last_id = ""
-    if not last_id:
-        raise ApiError(400, "invalid_request", "cursor: not a cursor this API returned")
+        parse_cursor(cursor)
+    except InvalidRequestError as err:  # a bad query parameter: 400, as Litestar's own
+        raise ApiError(400, "invalid_request", str(err)) from None
 
 
 class WorkloadController(Controller):

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -29,6 +31,7 @@ __all__ = [
     "cancel_workload",
     "get_workload",
     "list_workloads",
+    "parse_cursor",
     "submit_workload",
     "update_if_unchanged",
     "workload_from_row",
@@ -86,20 +89,16 @@ async def submit_workload(
     idempotency_key: str | None = None,
 ) -> tuple[WorkloadRow, bool]:
     """Persist a new pending workload; returns it and whether it was created. A repeat
-    with the same ``idempotency_key`` returns the first one."""
+    with the same ``idempotency_key`` returns the first one (a different request under
+    that key is a :class:`ConflictError`), however many race: the UNIQUE(tenant,
+    idempotency_key) constraint picks the one that is created."""
     fingerprint = submission.fingerprint()
     if idempotency_key is not None:
-        earlier = (
-            await session.exec(
-                select(WorkloadRow).where(
-                    WorkloadRow.tenant == tenant, WorkloadRow.idempotency_key == idempotency_key
-                )
-            )
-        ).first()
+        # Not the guard, the constraint is: this only answers a repeat without a
+        # failed insert, and as it was first answered even if the queue has gone since.
+        earlier = await _by_idempotency_key(session, tenant, idempotency_key)
         if earlier is not None:
-            if earlier.request_hash != fingerprint:
-                raise ConflictError("this Idempotency-Key was already used for another request")
-            return earlier, False
+            return _repeat(earlier, fingerprint), False
     owner = await session.get(Tenant, tenant)
     if owner is None:
         raise NotFoundError(f"tenant {tenant!r} does not exist")
@@ -119,19 +118,40 @@ async def submit_workload(
         reason_code="Queued",
         reason_message="waiting for the admission loop",
     )
-    session.add(row)
-    session.add(
-        AuditEntry(
-            actor=actor,
-            action="create",
-            kind="workload",
-            name=row.id,
-            tenant=tenant,
-            detail={"name": submission.name, "queue": submission.queue},
-        )
+    audit = AuditEntry(
+        actor=actor,
+        action="create",
+        kind="workload",
+        name=row.id,
+        tenant=tenant,
+        detail={"name": submission.name, "queue": submission.queue},
     )
-    await session.flush()
+    try:
+        # The row and its audit entry in one savepoint: a loser of the race rolls back
+        # both, and its session stays usable to read the winner.
+        async with session.begin_nested():
+            session.add_all([row, audit])
+    except IntegrityError:
+        winner = None
+        if idempotency_key is not None:
+            winner = await _by_idempotency_key(session, tenant, idempotency_key)
+        if winner is None:  # another constraint: the tenant or queue went meanwhile
+            raise ConflictError("a concurrent change conflicts with this workload") from None
+        return _repeat(winner, fingerprint), False
     return row, True
+
+
+async def _by_idempotency_key(session: AsyncSession, tenant: str, key: str) -> WorkloadRow | None:
+    query = select(WorkloadRow).where(
+        WorkloadRow.tenant == tenant, WorkloadRow.idempotency_key == key
+    )
+    return (await session.exec(query)).first()
+
+
+def _repeat(earlier: WorkloadRow, fingerprint: str) -> WorkloadRow:
+    if earlier.request_hash != fingerprint:
+        raise ConflictError("this Idempotency-Key was already used for another request")
+    return earlier
 
 
 def _check_resources(submission: WorkloadSubmission, queue: ClusterQueueRow) -> None:
@@ -169,8 +189,7 @@ async def list_workloads(
     if state is not None:
         query = query.where(WorkloadRow.state == state)
     if cursor is not None:
-        created, _, last_id = cursor.partition("|")
-        after = datetime.fromisoformat(created)
+        after, last_id = parse_cursor(cursor)
         query = query.where(
             (col(WorkloadRow.created_at) > after)
             | ((col(WorkloadRow.created_at) == after) & (col(WorkloadRow.id) > last_id))
@@ -182,8 +201,31 @@ async def list_workloads(
     next_cursor = None
     if more:
         last = items[-1]
-        next_cursor = f"{last.created_at.isoformat()}|{last.id}"
+        # "Z", not "+00:00": a "+" pasted into a query string unencoded reads as a space.
+        at = last.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        next_cursor = f"{at}|{last.id}"
     return WorkloadPage(items, next_cursor)
+
+
+_CURSOR = re.compile(r"(?P<at>[0-9T:.+Z-]{10,40})\|(?P<id>[0-9a-f]{32})")
+
+
+def parse_cursor(cursor: str) -> tuple[datetime, str]:
+    """The creation time (UTC) and id of the last workload of the page a cursor ends;
+    raises :class:`InvalidRequestError` naming what is wrong with it."""
+    match = _CURSOR.fullmatch(cursor)
+    if match is None:
+        raise InvalidRequestError("cursor: not a cursor this API returned")
+    try:
+        at = datetime.fromisoformat(match["at"])
+    except ValueError:
+        raise InvalidRequestError("cursor: its timestamp is not an ISO 8601 time") from None
+    if at.tzinfo is None:
+        raise InvalidRequestError("cursor: its timestamp has no UTC offset")
+    try:
+        return at.astimezone(UTC), match["id"]
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-01:00 is past year 9999 in UTC
+        raise InvalidRequestError("cursor: its timestamp is out of range") from None
 
 
 async def cancel_workload(

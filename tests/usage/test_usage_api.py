@@ -152,21 +152,41 @@ def test_a_platform_admin_names_the_tenant(client: TestClient[Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "params",
+    ("params", "field"),
     [
-        {"start": "2026-11-22", "end": "2026-11-21"},  # end before start
-        {"start": "2025-01-01", "end": "2026-01-02"},  # 367 days
-        {"start": "yesterday"},
-        {"end": "2026-02-30"},
-        {"model": "m" * 129},
-        {"model": ""},
-        {"tenant": "Not A Tenant"},
+        ({"start": "2026-11-22", "end": "2026-11-21"}, "start"),  # end before start
+        ({"start": "2025-01-01", "end": "2026-01-02"}, "366 days"),  # 367 days
+        ({"start": "1970-01-01", "end": "2999-12-31"}, "366 days"),
+        ({"start": "yesterday"}, "start"),
+        ({"end": "2026-02-30"}, "end"),
+        ({"end": "0001-01-01"}, "end"),  # the default start would be before year 1
+        ({"start": "0001-01-01", "end": "0001-01-02"}, "start"),
+        ({"start": "9999-12-30", "end": "9999-12-31"}, "start"),
+        ({"start": "9999-12-31"}, "start"),
+        ({"start": "0000-01-01"}, "start"),
+        ({"start": "10000-01-01"}, "start"),
+        ({"start": "2026-11-01T00:00:00"}, "start"),  # a datetime, naive
+        ({"end": "2026-11-01T00:00:00+00:00"}, "end"),
+        ({"end": "1795612979"}, "end"),
+        ({"model": "m" * 129}, "model"),
+        ({"model": ""}, "model"),
+        ({"model": "a\x00b"}, "model"),  # PostgreSQL's text cannot hold NUL
+        ({"tenant": "Not A Tenant"}, "tenant"),
     ],
 )
-def test_bad_queries_get_400(client: TestClient[Any], params: dict[str, str]) -> None:
+def test_bad_queries_get_400(client: TestClient[Any], params: dict[str, str], field: str) -> None:
     response = client.get("/api/v1/usage", params=params, headers=bearer(key_for(client, "alpha")))
     assert response.status_code == 400, response.text
-    assert response.json()["error"]["code"] == "invalid_request"
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and field in error["message"]
+
+
+def test_odd_bytes_in_the_query_get_400(client: TestClient[Any]) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    for query in ("start=%ff%fe", "end=%00", "model=%ff", "tenant=%c3%28"):
+        response = client.get(f"/api/v1/usage?{query}", headers=alpha)
+        assert response.status_code == 400, (query, response.text)
+        assert response.json()["error"]["code"] == "invalid_request"
 
 
 def test_a_year_is_allowed_and_callers_must_authenticate(client: TestClient[Any]) -> None:
