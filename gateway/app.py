@@ -7,7 +7,6 @@ from typing import Any, cast
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.openapi.config import OpenAPIConfig
 from litestar.types import HTTPScope
 
 from gateway.admin import AdminController, ModelController
@@ -17,6 +16,7 @@ from gateway.health import HealthController
 from gateway.inference.controllers import InferenceController
 from gateway.inference.routes import InferenceRoutes
 from gateway.json_bodies import GatewayRequest
+from gateway.openapi import describe_api, openapi_config
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.usage import UsageController
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         lifespan=[services.lifespan],
         request_max_body_size=MAX_BODY_BYTES,
         request_class=GatewayRequest,
-        openapi_config=OpenAPIConfig(title="Ignara Gateway", version="0.1.0", path="/schema"),
+        openapi_config=openapi_config(),
+        on_startup=[describe_api],
         state=State({"services": services}),
     )

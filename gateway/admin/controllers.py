@@ -17,6 +17,7 @@ from gateway.admin.models import check_key_variables
 from gateway.auth import Identity, generate_api_key, hash_secret
 from gateway.authorization import authorize
 from gateway.errors import ApiError
+from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
 from tenants import Database, parse_config
@@ -66,7 +67,12 @@ class AdminController(Controller):
     path = "/api/v1/admin"
     tags = ["admin"]
 
-    @post("/config", operation_id="ApplyConfig", summary="Apply a declarative config.")
+    @post(
+        "/config",
+        operation_id="ApplyConfig",
+        summary="Apply a declarative config.",
+        responses=errors(409, 422),
+    )
     async def apply(
         self,
         request: Request[Identity, Any, Any],
@@ -105,7 +111,7 @@ class AdminController(Controller):
             rows = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
         return [TenantOut(t.name, t.display_name, list(t.queues)) for t in rows]
 
-    @post("/tenants/{tenant:str}/keys", operation_id="CreateApiKey")
+    @post("/tenants/{tenant:str}/keys", operation_id="CreateApiKey", responses=errors(404))
     async def create_key(
         self,
         request: Request[Identity, Any, Any],
@@ -156,7 +162,12 @@ class AdminController(Controller):
         async with database.session() as session:
             return [_key_out(k) for k in await list_api_keys(session, tenant)]
 
-    @delete("/tenants/{tenant:str}/keys/{key_id:str}", operation_id="RevokeApiKey", status_code=200)
+    @delete(
+        "/tenants/{tenant:str}/keys/{key_id:str}",
+        operation_id="RevokeApiKey",
+        status_code=200,
+        responses=errors(404),
+    )
     async def revoke_key(
         self,
         request: Request[Identity, Any, Any],

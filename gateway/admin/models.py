@@ -17,6 +17,7 @@ from gateway.auth import Identity
 from gateway.authorization import authorize
 from gateway.errors import ApiError
 from gateway.inference.catalog import refused_key_variable
+from gateway.openapi import errors
 from gateway.services import Services
 from gateway.settings import UpstreamKeyRule
 from quota.errors import ConfigError
@@ -58,7 +59,7 @@ class ModelController(Controller):
                 )
         return models
 
-    @put("/{path:path}", operation_id="PutModel", status_code=200)
+    @put("/{path:path}", operation_id="PutModel", status_code=200, responses=errors(409, 422))
     async def put_model(
         self,
         request: Request[Identity, Any, Any],
@@ -79,7 +80,7 @@ class ModelController(Controller):
         await _change_models(services, request.user.principal, change)
         return entry
 
-    @delete("/{path:path}", operation_id="DeleteModel", status_code=200)
+    @delete("/{path:path}", operation_id="DeleteModel", status_code=200, responses=errors(404, 409))
     async def delete_model(
         self,
         request: Request[Identity, Any, Any],

@@ -8,11 +8,13 @@ from litestar import Controller, Request, Response, get
 
 from gateway.errors import error_body
 from gateway.health.readiness import check_readiness
+from gateway.openapi import OPEN, errors
 from gateway.services import Services
 
 
 class HealthController(Controller):
     tags = ["health"]
+    security = OPEN
 
     @get("/healthz", operation_id="Healthz", summary="The process is alive.")
     async def healthz(self) -> dict[str, str]:
@@ -24,6 +26,7 @@ class HealthController(Controller):
         summary="Ready to serve: the database, the token ledger's store and the policy "
         "engine answer (503 naming the one that does not); says whether this process runs "
         "the admission loop.",
+        responses=errors(503),
     )
     async def readyz(self, request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         services: Services = request.app.state["services"]

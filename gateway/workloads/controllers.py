@@ -13,6 +13,7 @@ from gateway.auth import Identity
 from gateway.authorization import admit_by_policy, authorize
 from gateway.backends import Backend, BackendError
 from gateway.errors import ApiError
+from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
 from tenants import Database
@@ -65,7 +66,12 @@ class WorkloadController(Controller):
     path = "/api/v1/workloads"
     tags = ["workloads"]
 
-    @post("/", operation_id="SubmitWorkload", summary="Submit a training workload (a gang).")
+    @post(
+        "/",
+        operation_id="SubmitWorkload",
+        summary="Submit a training workload (a gang).",
+        responses=errors(404, 409, 422),
+    )
     async def submit(
         self,
         request: Request[Identity, Any, Any],
@@ -112,7 +118,12 @@ class WorkloadController(Controller):
             )
             return WorkloadList([WorkloadOut.of(r) for r in page.items], page.next_cursor)
 
-    @get("/{workload_id:str}", operation_id="GetWorkload", summary="One workload.")
+    @get(
+        "/{workload_id:str}",
+        operation_id="GetWorkload",
+        summary="One workload.",
+        responses=errors(404),
+    )
     async def read(
         self,
         request: Request[Identity, Any, Any],
@@ -129,6 +140,7 @@ class WorkloadController(Controller):
         operation_id="CancelWorkload",
         summary="Cancel a workload (pending: at once; running: once its job stops).",
         status_code=200,
+        responses=errors(404),
     )
     async def cancel(
         self,
@@ -150,6 +162,7 @@ class WorkloadController(Controller):
         summary="The tail of the output of the workload's current (or last) run, or of an "
         "earlier one (attempt=N: runs are counted from 1, one per admission).",
         media_type="text/plain",
+        responses=errors(404, 502),
     )
     async def logs(
         self,
