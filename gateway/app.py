@@ -7,7 +7,8 @@ from typing import Any, cast
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.types import HTTPScope
+from litestar.routes import HTTPRoute
+from litestar.types import HTTPScope, Message, Send
 
 from gateway.admin import AdminController, ModelController
 from gateway.auth import auth_middleware
@@ -34,13 +35,33 @@ class GatewayApp(Litestar):
     def __init__(self, *, inference_routes: InferenceRoutes, **options: Any) -> None:
         super().__init__(**options)
         self.inference_routes = inference_routes
+        self._allow = {
+            route.path_format: ", ".join(sorted(route.methods)).encode()
+            for route in self.routes
+            if isinstance(route, HTTPRoute)
+        }
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = InferenceRoutes.kind_of(scope)
-        if kind is None:
-            await super().__call__(scope, receive, send)
-        else:
+        if kind is not None:
             await self.inference_routes.serve(kind, cast("HTTPScope", scope), receive, send)
+        elif scope.get("method") == "OPTIONS":
+            await super().__call__(scope, receive, self._with_allow(scope, send))
+        else:
+            await super().__call__(scope, receive, send)
+
+    def _with_allow(self, scope: Any, send: Send) -> Send:
+        """Litestar 2's OPTIONS answer lists only the methods of the first handler
+        registered on a path (litestar-org/litestar#4169): put every method back."""
+
+        async def sending(message: Message) -> None:
+            allow = self._allow.get(scope.get("path_template", ""))
+            if message["type"] == "http.response.start" and allow is not None:
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"allow"]
+                message = {**message, "headers": [*headers, (b"allow", allow)]}
+            await send(message)
+
+        return sending
 
 
 def create_app(settings: Settings | None = None) -> GatewayApp:

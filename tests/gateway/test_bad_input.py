@@ -5,6 +5,7 @@ what is wrong; none is a 500, and nothing reaches the upstream."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -203,12 +204,22 @@ async def test_cursors_page_through_the_workloads(
     assert seen == made
 
 
-async def test_a_wrong_method_gets_405_with_allow(http: httpx.AsyncClient) -> None:
-    for path, allowed in (("/api/v1/workloads", {"GET", "POST"}), ("/healthz", {"GET"})):
-        response = await http.request("PATCH", path)
-        assert response.status_code == 405
-        assert allowed <= {m.strip() for m in response.headers["allow"].split(",")}
-        assert response.json()["error"]["code"] == "method_not_allowed"
+async def test_allow_lists_each_paths_documented_methods(http: httpx.AsyncClient) -> None:
+    """OPTIONS and a 405 both say what the OpenAPI document says a path takes."""
+    document = (await http.get("/schema/openapi.json")).json()
+    for template, item in document["paths"].items():
+        path = re.sub(r"\{[^}]+\}", "a" * 32, template)
+        documented = {method.upper() for method in item if method != "parameters"}
+        refused = await http.request("PATCH", path)
+        assert refused.status_code == 405, (path, refused.text)
+        assert refused.json()["error"]["code"] == "method_not_allowed"
+        allowed = {m.strip() for m in refused.headers["allow"].split(",")}
+        assert allowed - {"OPTIONS"} == documented, path
+        if template.startswith("/v1/") and template != "/v1/models":
+            continue  # the calls' own front takes POST only, OPTIONS included
+        options = await http.options(path)
+        assert options.status_code == 204, (path, options.text)
+        assert {m.strip() for m in options.headers["allow"].split(",")} == allowed, path
 
 
 def test_the_nesting_bound_is_exact() -> None:
