@@ -7,11 +7,16 @@ from tenants.services.config import (
     export_config,
     load_quota_config,
 )
+from tenants.services.tenants import TenantRemoval, delete_tenant, live_tenants, open_queues
 
 __all__ = [
     "HOLDING_STATES",
     "ApplyReport",
+    "TenantRemoval",
     "apply_config",
+    "delete_tenant",
     "export_config",
+    "live_tenants",
     "load_quota_config",
+    "open_queues",
 ]
