@@ -68,9 +68,18 @@ def test_keys_from_the_cli_work_on_a_gateway_on_the_same_database(
     config.write_text(yaml.safe_dump(CONFIG))
     assert ignara(env, "apply", str(config)).exit_code == 0
     reader = ignara(
-        env, "keys", "create", "--tenant", "alpha", "--principal", "dash", "--scope", "usage:read",
-        "--expires-in", "30d",
-    )  # fmt: skip
+        env,
+        "keys",
+        "create",
+        "--tenant",
+        "alpha",
+        "--principal",
+        "dash",
+        "--scope",
+        "usage:read",
+        "--expires-in",
+        "30d",
+    )
     assert reader.exit_code == 0, reader.output
     with TestClient(app=create_app(Settings.from_env(env))) as client:
         assert client.get("/api/v1/admin/tenants", headers=bearer(token)).status_code == 200
@@ -154,9 +163,15 @@ async def test_a_gateway_without_any_admin_says_how_to_make_one(
                 from tenants.services.api_keys import add_api_key
 
                 await add_api_key(
-                    session, tenant=None, principal="ops", roles=["admin"], scopes=["admin"],
-                    key_id="0123456789ab", secret_hash="0" * 64, actor="test",
-                )  # fmt: skip
+                    session,
+                    tenant=None,
+                    principal="ops",
+                    roles=["admin"],
+                    scopes=["admin"],
+                    key_id="0123456789ab",
+                    secret_hash="0" * 64,
+                    actor="test",
+                )
             await services.warn_without_admin()
             assert caplog.text == ""
     finally:

@@ -159,11 +159,17 @@ async def test_concurrent_keys_for_one_new_principal_all_succeed(
     scopes = ["inference"] if tenant else ["admin"]
     made = await asyncio.gather(
         *(
-            add(database, f"c0ffee{i:02d}", tenant=tenant, principal="racer", roles=roles,
-                scopes=scopes)
+            add(
+                database,
+                f"c0ffee{i:02d}",
+                tenant=tenant,
+                principal="racer",
+                roles=roles,
+                scopes=scopes,
+            )
             for i in range(12)
         )
-    )  # fmt: skip
+    )
     assert len(made) == 12
     async with database.session() as session:
         principals = (

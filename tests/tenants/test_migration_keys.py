@@ -127,13 +127,25 @@ async def test_down_to_0007_and_up_again(url: str) -> None:
             session.add(Principal(id="p2", tenant=None, name="ops"))
             await session.flush()
             session.add(
-                ApiKey(key_id="k1", tenant="alpha", principal_id="p1", secret_hash="h",
-                       roles=["tenant-admin"], scopes=["inference"])
-            )  # fmt: skip
+                ApiKey(
+                    key_id="k1",
+                    tenant="alpha",
+                    principal_id="p1",
+                    secret_hash="h",
+                    roles=["tenant-admin"],
+                    scopes=["inference"],
+                )
+            )
             session.add(
-                ApiKey(key_id="k2", tenant=None, principal_id="p2", secret_hash="h",
-                       roles=["admin"], scopes=["admin"])
-            )  # fmt: skip
+                ApiKey(
+                    key_id="k2",
+                    tenant=None,
+                    principal_id="p2",
+                    secret_hash="h",
+                    roles=["admin"],
+                    scopes=["admin"],
+                )
+            )
     finally:
         await database.dispose()
     from alembic import command
