@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/ignara serve --config config/ignara.example.yaml
+	$(BIN)/ignara serve --seed config/ignara.example.yaml
 
 lint: install
 	$(BIN)/ruff check .

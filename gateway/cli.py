@@ -26,17 +26,33 @@ def main() -> None:
     "config_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Apply this ignara.yaml (flavors, cohorts, cluster_queues, tenants) before serving.",
+    help="Apply this ignara.yaml before serving: the database then says what the file "
+    "says, and what the file leaves out is removed.",
 )
-def serve(host: str | None, port: int | None, config_file: str | None) -> None:
+@click.option(
+    "--seed",
+    "seed_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Apply this ignara.yaml only if the database holds no configuration yet "
+    "(what `make run` does): changes an admin made are never undone.",
+)
+def serve(
+    host: str | None, port: int | None, config_file: str | None, seed_file: str | None
+) -> None:
     """Run the gateway on its embedded defaults."""
     import uvicorn
 
     from gateway.app import create_app
     from gateway.http_protocol import JoiningHttpToolsProtocol
 
+    if config_file is not None and seed_file is not None:
+        raise click.UsageError("--config and --seed exclude each other")
     settings = Settings.from_env()
-    _migrate_and_apply(settings, config_file)
+    if seed_file is not None:
+        _migrate_and_apply(settings, seed_file, only_if_unconfigured=True)
+    else:
+        _migrate_and_apply(settings, config_file)
     app = create_app(settings)
     _settle_the_heap()
     uvicorn.run(
@@ -67,13 +83,17 @@ def apply(file: str) -> None:
     _migrate_and_apply(Settings.from_env(), file)
 
 
-def _migrate_and_apply(settings: Settings, config_file: str | None) -> None:
-    """Bring the schema up to date and, given a file, make the database say what it says."""
+def _migrate_and_apply(
+    settings: Settings, config_file: str | None, *, only_if_unconfigured: bool = False
+) -> None:
+    """Bring the schema up to date and, given a file, make the database say what it says
+    (with ``only_if_unconfigured``, only when nothing was configured yet)."""
     import asyncio
 
+    from gateway.inference.catalog import refused_key_variable
     from quota.errors import ConfigError
     from tenants import Database, TenantsError, load_config_file
-    from tenants.services import apply_config
+    from tenants.services import apply_config, is_unconfigured
 
     async def run() -> str:
         database = Database(settings.database.url)
@@ -82,7 +102,17 @@ def _migrate_and_apply(settings: Settings, config_file: str | None) -> None:
             if config_file is None:
                 return "schema up to date"
             config = load_config_file(config_file)
+            if (
+                error := refused_key_variable(config.models, settings.inference.key_rule)
+            ) is not None:
+                raise ConfigError(error)
             async with database.session() as session:
+                if only_if_unconfigured and not await is_unconfigured(session):
+                    return (
+                        f"{config_file}: not applied, the database already holds a "
+                        f"configuration (kept as it is; `ignara apply {config_file}` "
+                        "would make it say what the file says)"
+                    )
                 report = await apply_config(session, config, actor="ignara apply")
             return f"{config_file}: {report.summary()}"
         finally:

@@ -56,6 +56,45 @@ class PolicySettings:
 
 
 @dataclass(frozen=True)
+class UpstreamKeyRule:
+    """Which environment variables a model endpoint's ``api_key_env`` may name.
+
+    The gateway sends that variable's value to the endpoint (as a bearer token, and
+    with every health check), so an admin must not be able to name any variable of the
+    gateway's environment: only those starting with ``prefix``
+    (IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX; empty: none by prefix) or listed in ``names``
+    (IGNARA_ALLOWED_UPSTREAM_KEYS, comma-separated).
+    """
+
+    prefix: str = "IGNARA_UPSTREAM_KEY_"
+    names: frozenset[str] = frozenset()
+
+    def allows(self, name: str) -> bool:
+        by_prefix = bool(self.prefix) and name.startswith(self.prefix) and name != self.prefix
+        return by_prefix or name in self.names
+
+    def describe(self) -> str:
+        rules = [f"start with {self.prefix}"] if self.prefix else []
+        if self.names:
+            rules.append(f"be one of {', '.join(sorted(self.names))}")
+        if not rules:
+            return "no variable may be (the operator's allow-list of upstream keys is empty)"
+        return (
+            "upstream key variables must "
+            + " or ".join(rules)
+            + " (the operator's IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX / IGNARA_ALLOWED_UPSTREAM_KEYS)"
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> UpstreamKeyRule:
+        names = env.get("IGNARA_ALLOWED_UPSTREAM_KEYS", "")
+        return cls(
+            prefix=env.get("IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX", cls.prefix).strip(),
+            names=frozenset(n.strip() for n in names.split(",") if n.strip()),
+        )
+
+
+@dataclass(frozen=True)
 class InferenceSettings:
     # A Redis shared by every replica holds the token ledger (REDIS_URL); without
     # one, each process keeps its own (right for a single gateway).
@@ -67,7 +106,9 @@ class InferenceSettings:
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
     health_interval: float = 10.0  # IGNARA_HEALTH_INTERVAL: active endpoint checks
-    # Where upstream API keys are read (``api_key_env`` names a variable here).
+    # The variables ``api_key_env`` may name, and their values: only what the rule
+    # allows is kept, so nothing else of the gateway's environment can be sent upstream.
+    key_rule: UpstreamKeyRule = UpstreamKeyRule()
     key_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
@@ -123,6 +164,7 @@ class Settings:
                 health_interval=float(
                     env.get("IGNARA_HEALTH_INTERVAL", InferenceSettings.health_interval)
                 ),
-                key_env=dict(env),
+                key_rule=(rule := UpstreamKeyRule.from_env(env)),
+                key_env={name: value for name, value in env.items() if rule.allows(name)},
             ),
         )

@@ -31,7 +31,7 @@ from quota.model import (
 from quota.reasons import Blocker, PendingReason, ReasonCode
 from quota.resources import FlavorResource, QuantityError, format_quantity, parse_quantity
 from quota.scenario import Scenario, load_scenario, parse_scenario
-from quota.scheduler import CycleResult
+from quota.scheduler import CycleResult, Preemption
 from quota.simulate import SimulationResult, play
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "PendingReason",
     "PodSet",
     "PodSetAssignment",
+    "Preemption",
     "PreemptionPolicy",
     "QuantityError",
     "QuotaConfig",

@@ -11,7 +11,7 @@ from quota.errors import WorkloadError
 from quota.model import Admission, QuotaConfig, Workload
 from quota.queues import QueueManager
 from quota.reasons import PendingReason, ReasonCode
-from quota.scheduler import CycleResult, Scheduler
+from quota.scheduler import CycleResult, Preemption, Scheduler
 
 __all__ = ["QuotaEngine"]
 
@@ -35,6 +35,7 @@ class QuotaEngine:
         self.queues = QueueManager(config.cluster_queues)
         self._pending: dict[str, Workload] = {}
         self._reasons: dict[str, PendingReason] = {}
+        self._preemptions: dict[str, Preemption] = {}
         self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
         self._clock = clock
 
@@ -58,6 +59,10 @@ class QuotaEngine:
         return self._reasons.get(name) or PendingReason(
             ReasonCode.QUEUED, f"not yet considered: other workloads of {queue} are ahead of it"
         )
+
+    def preemption(self, name: str) -> Preemption | None:
+        """By whom and why the workload was last preempted, if it was (and waits since)."""
+        return self._preemptions.get(name) if name in self._pending else None
 
     # -- changing ------------------------------------------------------------------------
 
@@ -103,6 +108,7 @@ class QuotaEngine:
         elif name in self._pending:
             workload = self._pending.pop(name)
             self._reasons.pop(name, None)
+            self._preemptions.pop(name, None)
             self.queues.remove(workload)
             self._scheduler.forget(name)
         else:
@@ -114,9 +120,11 @@ class QuotaEngine:
         for record in result.admitted_records:
             self._pending.pop(record.name, None)
             self._reasons.pop(record.name, None)
+            self._preemptions.pop(record.name, None)
         for record in result.preempted_records:
             self._pending[record.name] = record.workload
         self._reasons.update(result.reasons)
+        self._preemptions.update(result.preemptions)
         return result
 
     def schedule(self, max_cycles: int | None = None) -> list[CycleResult]:

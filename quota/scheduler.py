@@ -31,13 +31,40 @@ from quota.flavor_assigner import (
 )
 from quota.model import Admission, PodSetAssignment, ReclaimWithinCohort, Workload
 from quota.partial import can_be_partially_admitted, search
-from quota.preemption import PreemptionRequest, Preemptor, Target
+from quota.preemption import PreemptionReason, PreemptionRequest, Preemptor, Target
 from quota.queues import QueueManager
 from quota.reasons import PendingReason, ReasonCode
 from quota.resources import FlavorResource
 from quota.tree import add_usage, queue_available, remove_usage
 
-__all__ = ["CycleResult", "Scheduler"]
+__all__ = ["CycleResult", "Preemption", "Scheduler"]
+
+
+_PREEMPTION_CAUSES = {
+    PreemptionReason.IN_CLUSTER_QUEUE: "prioritization in the cluster queue",
+    PreemptionReason.IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING: (
+        "reclamation within the cohort while borrowing"
+    ),
+    PreemptionReason.IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Why an admitted workload was evicted: which workload needed the room, and
+    Kueue's reason for taking it from this one."""
+
+    preemptor: str
+    reason: PreemptionReason
+
+    @property
+    def message(self) -> str:
+        # Kueue's wording ("Preempted to accommodate a workload ... due to ...").
+        return (
+            f"preempted to accommodate workload {self.preemptor} due to "
+            f"{_PREEMPTION_CAUSES[self.reason]}"
+        )
 
 
 @dataclass
@@ -46,6 +73,7 @@ class CycleResult:
     admitted_records: list[AdmittedWorkload] = field(default_factory=list)
     preempted_records: list[AdmittedWorkload] = field(default_factory=list)
     reasons: dict[str, PendingReason] = field(default_factory=dict)
+    preemptions: dict[str, Preemption] = field(default_factory=dict)
 
     @property
     def admitted(self) -> list[str]:
@@ -112,10 +140,11 @@ class Scheduler:
 
     def _evict(self, cycle: _Cycle, result: CycleResult) -> None:
         touched = set()
-        for record in cycle.preempted.values():
-            self.state.release(record.name)
+        for name, (record, preemption) in cycle.preempted.items():
+            self.state.release(name)
             self.queues.add(record.workload)
             result.preempted_records.append(record)
+            result.preemptions[name] = preemption
             touched.add(record.admission.cluster_queue)
         for name in touched:
             self.quota_released(name)
@@ -250,7 +279,7 @@ class Scheduler:
             )
             return
         if entry.targets:
-            cycle.preempt(entry.targets)
+            cycle.preempt(entry.workload.name, entry.targets)
             cycle.reserve(entry.queue, entry.assignment.usage)
             count = len(entry.targets)
             entry.mark(
@@ -285,7 +314,7 @@ class _Cycle:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.preempted: dict[str, AdmittedWorkload] = {}
+        self.preempted: dict[str, tuple[AdmittedWorkload, Preemption]] = {}
         self.reserved: list[tuple[ClusterQueueNode, dict[FlavorResource, int]]] = []
 
     def reserve(self, queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
@@ -307,15 +336,16 @@ class _Cycle:
                     queue.usage[fr] -= amount
         self.reserved.clear()
 
-    def preempt(self, targets: list[Target]) -> None:
+    def preempt(self, preemptor: str, targets: list[Target]) -> None:
         for target in targets:
-            self.preempted[target.name] = target.record
+            self.preempted[target.name] = (target.record, Preemption(preemptor, target.reason))
 
     def fits(
         self, queue: ClusterQueueNode, usage: dict[FlavorResource, int], targets: list[Target]
     ) -> bool:
         """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone?"""
-        gone = {**self.preempted, **{t.name: t.record for t in targets}}
+        gone = {name: record for name, (record, _) in self.preempted.items()}
+        gone |= {t.name: t.record for t in targets}
         with self.state.without(gone.values()):
             return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
 

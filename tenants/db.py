@@ -11,7 +11,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -101,6 +101,11 @@ class Database:
         assert self._snapshots is not None
         async with self._snapshots() as session, session.begin():
             yield session
+
+    async def ping(self) -> None:
+        """Run ``SELECT 1``: raises the driver's error when the database cannot answer."""
+        async with self.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
 
     async def migrate(self) -> None:
         await asyncio.to_thread(migrate, self.url)

@@ -15,6 +15,7 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 from msgspec import Meta
 
+from gateway.admin.models import check_key_variables
 from gateway.auth import Identity
 from gateway.auth.issue import issue_api_key
 from gateway.authorization import authorize
@@ -111,6 +112,7 @@ class AdminController(Controller):
         (refused with 409 while one has admitted or running workloads)."""
         await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
+        check_key_variables(config.models, services.settings.inference.key_rule)
         async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
         if report.changed:

@@ -16,14 +16,16 @@ from litestar.params import FromPath, JSONBody
 from gateway.auth import Identity
 from gateway.authorization import authorize
 from gateway.errors import ApiError
+from gateway.inference.catalog import refused_key_variable
 from gateway.services import Services
+from gateway.settings import UpstreamKeyRule
 from quota.errors import ConfigError
 from tenants import parse_config
-from tenants.config_file import EndpointDoc
+from tenants.config_file import EndpointDoc, ModelDoc
 from tenants.model_checks import model_name_error
 from tenants.services import apply_config, export_config
 
-__all__ = ["ModelController"]
+__all__ = ["ModelController", "check_key_variables"]
 
 
 class ModelIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -106,6 +108,7 @@ async def _change_models(services: Services, actor: str, change: Any) -> None:
             config = parse_config(stored)
         except ConfigError as err:  # names the field that is wrong
             raise ApiError(409, "conflict", str(err)) from None
+        check_key_variables(config.models, services.settings.inference.key_rule)
         report = await apply_config(session, config, actor=actor)
     if report.changed:
         await services.reload_config()
@@ -116,3 +119,9 @@ def _model_name(path: PurePosixPath) -> str:
     if (error := model_name_error(name)) is not None:
         raise ApiError(400, "invalid_request", error)
     return name
+
+
+def check_key_variables(models: list[ModelDoc], rule: UpstreamKeyRule) -> None:
+    """422 when an endpoint names a variable the operator does not let go upstream."""
+    if (error := refused_key_variable(models, rule)) is not None:
+        raise ApiError(422, "invalid_request", error)

@@ -131,6 +131,7 @@ class Dispatcher:
             finished_at=utcnow(),
             reason_code=code,
             reason_message=message[:2000],
+            reason_detail=None,
         )
 
     async def _guarded(self, row: WorkloadRow, **values: Any) -> None:

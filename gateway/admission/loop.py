@@ -19,9 +19,9 @@ from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from quota import QuotaEngine, WorkloadError
+from quota import Preemption, QuotaEngine, WorkloadError
 from quota.cache import AdmittedWorkload
-from quota.reasons import PendingReason
+from quota.reasons import PendingReason, ReasonCode
 from quota.resources import format_quantity
 from tenants import Database
 from tenants.models import WorkloadRow
@@ -35,6 +35,9 @@ from tenants.services.workloads import (
 )
 
 __all__ = ["AdmissionLoop", "PassResult", "StaleDecisionError"]
+
+
+PREEMPTED = "Preempted"
 
 
 class StaleDecisionError(Exception):
@@ -85,7 +88,7 @@ class AdmissionLoop:
             for name, record in admitted.items():
                 await _admit(session, by_id[name], record)
             for name in preempted:
-                await _preempt(session, by_id[name])
+                await _preempt(session, by_id[name], engine.preemption(name))
             for workload in engine.pending():
                 reason = engine.reason(workload.name)
                 if reason is not None and workload.name not in preempted:
@@ -143,7 +146,8 @@ async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorklo
     )
 
 
-async def _preempt(session: AsyncSession, row: WorkloadRow) -> None:
+async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | None) -> None:
+    cause = why.message if why is not None else "preempted to make room for another workload"
     await _guarded(
         session,
         row,
@@ -152,8 +156,8 @@ async def _preempt(session: AsyncSession, row: WorkloadRow) -> None:
         admission=None,
         admitted_at=None,
         reason_detail=None,
-        reason_code="Preempted",
-        reason_message="preempted to make room for another workload; it waits for quota again",
+        reason_code=PREEMPTED,
+        reason_message=f"{cause}; it waits for quota again",
     )
 
 
@@ -172,6 +176,8 @@ async def _closed(session: AsyncSession, row: WorkloadRow) -> None:
 
 
 async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReason) -> None:
+    if reason.code is ReasonCode.QUEUED and row.reason_code == PREEMPTED:
+        return  # not considered since: the preemption stays the news until it is
     detail = [
         {
             "code": b.code.value,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, get
+from litestar import Controller, Request, Response, get
 
+from gateway.errors import error_body
+from gateway.health.readiness import check_readiness
 from gateway.services import Services
 
 
@@ -19,9 +21,22 @@ class HealthController(Controller):
     @get(
         "/readyz",
         operation_id="Readyz",
-        summary="Ready to serve; says whether this process runs the admission loop.",
+        summary="Ready to serve: the database, the token ledger's store and the policy "
+        "engine answer (503 naming the one that does not); says whether this process runs "
+        "the admission loop.",
     )
-    async def readyz(self, request: Request[Any, Any, Any]) -> dict[str, str | bool]:
-        services = request.app.state.get("services")
-        runtime = services.runtime if isinstance(services, Services) else None
-        return {"status": "ready", "admission_leader": bool(runtime and runtime.lock.held)}
+    async def readyz(self, request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+        services: Services = request.app.state["services"]
+        readiness = await check_readiness(
+            services.database, services.inference.ledger, services.policy
+        )
+        runtime = services.runtime
+        body: dict[str, Any] = {
+            "status": "ready" if readiness.ready else "not ready",
+            "admission_leader": bool(runtime and runtime.lock.held),
+            "checks": readiness.checks,
+        }
+        if readiness.ready:
+            return Response(body)
+        body |= error_body(503, "not_ready", f"not ready: {readiness.describe()}")
+        return Response(body, status_code=503, headers={"retry-after": "1"})

@@ -13,9 +13,10 @@ import msgspec
 from gateway.inference.errors import RegistryError
 from gateway.inference.registry import ModelRegistry, ModelRoute
 from gateway.policy import Decision
+from gateway.settings import UpstreamKeyRule
 from tenants.config_file import InferenceDoc, ModelDoc
 
-__all__ = ["Catalog", "build_registry"]
+__all__ = ["Catalog", "build_registry", "refused_key_variable"]
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +50,17 @@ def build_registry(models: Iterable[ModelDoc], environ: Mapping[str, str]) -> Mo
         except RegistryError as err:
             log.error("model %r is not served by this gateway: %s", model.name, err)
     return ModelRegistry(routes)
+
+
+def refused_key_variable(models: Iterable[ModelDoc], rule: UpstreamKeyRule) -> str | None:
+    """What is wrong with the first endpoint whose ``api_key_env`` the operator's rule
+    does not allow (the field and the rule), or ``None``."""
+    for i, model in enumerate(models):
+        for j, endpoint in enumerate(model.endpoints):
+            name = endpoint.api_key_env
+            if name is not None and not rule.allows(name):
+                return (
+                    f"models[{i}].endpoints[{j}].api_key_env: {name!r} may not be sent "
+                    f"upstream: {rule.describe()}"
+                )
+    return None

@@ -125,6 +125,11 @@ class Ledger(Protocol):
         """What a queue (or, if no queue has the name, a cohort) holds now."""
         ...
 
+    async def ping(self) -> None:
+        """Raise :class:`LedgerUnavailableError` unless the ledger's store answers (the
+        in-process ledger always does)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

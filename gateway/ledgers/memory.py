@@ -96,6 +96,9 @@ class MemoryLedger:
             return to_units(self._ledger.cohort_usage(queue_or_cohort, flavor, resource, at))
         raise UnknownQueueError(queue_or_cohort)
 
+    async def ping(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

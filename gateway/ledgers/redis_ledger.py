@@ -251,6 +251,12 @@ class RedisLedger:
         except (TypeError, ValueError) as err:
             raise LedgerUnavailableError(f"unexpected reply to usage: {reply!r}") from err
 
+    async def ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except _STORE_ERRORS as err:
+            raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
+
     async def aclose(self) -> None:
         await self._batcher.aclose()
         if self._owns_client:

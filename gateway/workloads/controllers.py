@@ -149,7 +149,8 @@ class WorkloadController(Controller):
     @get(
         "/{workload_id:str}/logs",
         operation_id="WorkloadLogs",
-        summary="The tail of the workload's current (or last) run's output.",
+        summary="The tail of the output of the workload's current (or last) run, or of an "
+        "earlier one (attempt=N: runs are counted from 1, one per admission).",
         media_type="text/plain",
     )
     async def logs(
@@ -160,14 +161,21 @@ class WorkloadController(Controller):
         policy: NamedDependency[PolicyEngine],
         backends: NamedDependency[dict[str, Backend]],
         tail_bytes: Annotated[int, Parameter(ge=1, le=8 * 1024 * 1024)] = 65536,
+        attempt: Annotated[int | None, Parameter(ge=1, le=1_000_000)] = None,
     ) -> bytes:
         identity = await tenant_of(request, policy, "workloads.logs")
         async with database.session() as session:
             row = await get_workload(session, identity.tenant, workload_id)
+        if attempt is not None and attempt > row.attempt:
+            raise ApiError(
+                404,
+                "not_found",
+                f"workload {row.id} has no run {attempt}: it has run {row.attempt} time(s)",
+            )
         backend = backends.get(row.spec.get("backend", "local"))
         if row.attempt == 0 or backend is None:
             return b""
         try:
-            return await backend.logs(f"{row.id}-{row.attempt}", tail_bytes)
+            return await backend.logs(f"{row.id}-{attempt or row.attempt}", tail_bytes)
         except BackendError as err:
             raise ApiError(502, "backend_error", f"cannot read the logs: {err}") from None

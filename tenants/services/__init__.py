@@ -5,6 +5,7 @@ from tenants.services.config import (
     ApplyReport,
     apply_config,
     export_config,
+    is_unconfigured,
     load_quota_config,
 )
 from tenants.services.tenants import TenantRemoval, delete_tenant, live_tenants, open_queues
@@ -16,6 +17,7 @@ __all__ = [
     "apply_config",
     "delete_tenant",
     "export_config",
+    "is_unconfigured",
     "live_tenants",
     "load_quota_config",
     "open_queues",

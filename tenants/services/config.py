@@ -42,6 +42,7 @@ __all__ = [
     "ApplyReport",
     "apply_config",
     "export_config",
+    "is_unconfigured",
     "load_inference_settings",
     "load_models",
     "load_quota_config",
@@ -125,6 +126,16 @@ async def load_quota_config(session: AsyncSession) -> QuotaConfig:
         fair_sharing=bool(setting and setting.spec.get("fair_sharing")),
     )
     return to_quota_config(document)
+
+
+async def is_unconfigured(session: AsyncSession) -> bool:
+    """Whether nothing was ever configured: no flavor, cohort, queue, tenant or model
+    (the row of global settings alone does not count)."""
+    for table in (FlavorRow, ClusterQueueRow, Tenant, ModelRow):
+        if (await session.exec(select(table).limit(1))).first() is not None:
+            return False
+    cohorts = await session.exec(select(CohortRow.name).where(CohortRow.name != _SETTINGS_ROW))
+    return cohorts.first() is None
 
 
 async def export_config(session: AsyncSession) -> dict[str, Any]:

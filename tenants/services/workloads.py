@@ -195,6 +195,7 @@ async def cancel_workload(
     if row.state in FINAL_STATES:
         return row
     now = utcnow()
+    row.reason_detail = None  # what blocked it no longer matters
     if row.state == "pending":
         row.state, row.finished_at = "cancelled", now
         row.reason_code, row.reason_message = "Cancelled", f"cancelled by {actor}"

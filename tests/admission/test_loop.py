@@ -137,6 +137,46 @@ async def test_a_higher_priority_gang_preempts_in_its_own_queue(database: Databa
     assert first.preempted == [low.id]
     assert await states(database) == {"low": "pending", "urgent": "admitted"}
     assert (low.reason_code, low.admission) == ("Preempted", None)
+    urgent = await row_named(database, "urgent")
+    assert low.reason_message == (
+        f"preempted to accommodate workload {urgent.id} due to prioritization in the "
+        "cluster queue; it waits for quota again"
+    )
+
+
+async def test_a_preempted_workload_says_so_until_it_is_considered_again(
+    database: Database,
+) -> None:
+    """Behind a head that does not fit (StrictFIFO), the preempted workload is not
+    considered in later passes: it keeps saying who preempted it, not "Queued"."""
+    strict = {**CONFIG, "cluster_queues": [dict(q) for q in CONFIG["cluster_queues"]]}
+    strict["cluster_queues"][0]["queueing_strategy"] = "StrictFIFO"
+    async with database.session() as session:
+        await apply_config(session, parse_config(strict), actor="test")
+    await setup_more(database, ("alpha", job("low", "team-a", 4)))
+    await AdmissionLoop(database).run_pass()
+    await setup_more(
+        database,
+        ("alpha", job("urgent", "team-a", 4, priority=10)),
+        ("alpha", job("blocker", "team-a", 6, priority=5)),
+    )
+    for _ in range(3):
+        await AdmissionLoop(database).run_pass()
+        assert await states(database) == {
+            "low": "pending",
+            "urgent": "admitted",
+            "blocker": "pending",
+        }
+        low = await row_named(database, "low")
+        assert low.reason_code == "Preempted"
+        assert (low.reason_message or "").startswith("preempted to accommodate workload ")
+    # Once it is considered (the head ahead of it is gone), it says why it waits now.
+    async with database.session() as session:
+        await cancel_workload(
+            session, "alpha", (await row_named(database, "blocker")).id, actor="alpha"
+        )
+    await AdmissionLoop(database).run_pass()
+    assert (await row_named(database, "low")).reason_code not in ("Preempted", "Queued")
 
 
 async def test_a_cancel_racing_the_pass_rolls_the_pass_back(database: Database) -> None:
@@ -203,3 +243,17 @@ class _CancelFirst:
     async def __aexit__(self, *exc: Any) -> Any:
         assert self.inner is not None
         return await self.inner.__aexit__(*exc)
+
+
+async def test_cancelling_a_waiting_workload_clears_what_blocked_it(database: Database) -> None:
+    ids = await setup(
+        database, ("alpha", job("big", "team-a", 6)), ("alpha", job("waits", "team-a", 6))
+    )
+    await AdmissionLoop(database).run_pass()
+    assert (await row_named(database, "waits")).reason_detail  # the cohort refuses it
+    async with database.session() as session:
+        await cancel_workload(session, "alpha", ids["waits"], actor="alice")
+    cancelled = await row_named(database, "waits")
+    assert (cancelled.state, cancelled.reason_code) == ("cancelled", "Cancelled")
+    assert cancelled.reason_message == "cancelled by alice"
+    assert cancelled.reason_detail is None

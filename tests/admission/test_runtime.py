@@ -133,14 +133,22 @@ async def test_cancel_stops_a_running_job(runtime: AdmissionRuntime, database: D
 async def test_preemption_stops_the_victim_and_runs_the_urgent_gang(
     runtime: AdmissionRuntime, database: Database
 ) -> None:
-    low = await submit(database, job("low", "import time; time.sleep(60)", gpus=2))
+    says_who = "import os, time; print(os.environ['IGNARA_WORKLOAD_ID'], flush=True)"
+    low = await submit(database, job("low", f"{says_who}; time.sleep(60)", gpus=2))
     await until(runtime, database, low, "running")
+    backend = runtime.dispatcher.backends["local"]
+    for _ in range(200):  # 10 s at most: the first run has said who it is
+        if await backend.logs(f"{low}-1"):
+            break
+        await asyncio.sleep(0.05)
     urgent = await submit(database, job("urgent", "pass", gpus=2, priority=10))
     await until(runtime, database, urgent, "succeeded")
     again = await until(runtime, database, low, "running")  # re-admitted, a new job
     assert again.attempt == 2 and again.job_id == f"{low}-2"
-    first_run = await runtime.dispatcher.backends["local"].status(f"{low}-1")
+    first_run = await backend.status(f"{low}-1")
     assert first_run.state.value == "cancelled"  # the preempted process was stopped
+    # Each run keeps its own output: the first one's stays readable after the second.
+    assert (await backend.logs(f"{low}-1")).strip() == f"{low}-1".encode()
 
 
 async def test_a_failing_round_does_not_end_admission(

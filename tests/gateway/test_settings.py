@@ -35,3 +35,30 @@ def test_environment_switches_each_part() -> None:
 def test_an_incomplete_oidc_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="OIDC_AUDIENCE and OIDC_JWKS_URI"):
         oidc_verifier(Settings.from_env({"OIDC_ISSUER": "https://idp.example"}))
+
+
+def test_only_allowed_variables_can_become_upstream_keys() -> None:
+    """An endpoint's api_key_env is sent upstream: the gateway's own secrets must never be
+    among the variables it may name."""
+    env = {
+        "IGNARA_UPSTREAM_KEY_LLAMA": "llama-secret",
+        "IGNARA_UPSTREAM_KEY_": "a prefix alone names nothing",
+        "OPENAI_API_KEY": "openai-secret",
+        "IGNARA_ADMIN_KEY": "bootstrap-admin-secret",
+        "IGNARA_KEY_PEPPER": "pepper",
+        "DATABASE_URL": "postgresql://u:password@db/ignara",
+    }
+    default = Settings.from_env(env).inference
+    assert dict(default.key_env) == {"IGNARA_UPSTREAM_KEY_LLAMA": "llama-secret"}
+    assert not default.key_rule.allows("IGNARA_ADMIN_KEY")
+    listed = Settings.from_env({**env, "IGNARA_ALLOWED_UPSTREAM_KEYS": " OPENAI_API_KEY, "})
+    assert set(listed.inference.key_env) == {"IGNARA_UPSTREAM_KEY_LLAMA", "OPENAI_API_KEY"}
+    only_listed = Settings.from_env(
+        {
+            **env,
+            "IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX": "",
+            "IGNARA_ALLOWED_UPSTREAM_KEYS": "OPENAI_API_KEY",
+        }
+    ).inference
+    assert set(only_listed.key_env) == {"OPENAI_API_KEY"}
+    assert "be one of OPENAI_API_KEY" in only_listed.key_rule.describe()

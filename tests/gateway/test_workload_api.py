@@ -104,6 +104,15 @@ def test_a_gang_is_submitted_admitted_run_and_its_logs_read(client: TestClient[A
     }
     logs = client.get(f"/api/v1/workloads/{body['id']}/logs", headers=bearer(alpha))
     assert logs.status_code == 200 and "epoch 1 done" in logs.text
+    first = client.get(f"/api/v1/workloads/{body['id']}/logs?attempt=1", headers=bearer(alpha))
+    assert first.status_code == 200 and first.text == logs.text
+    never = client.get(f"/api/v1/workloads/{body['id']}/logs?attempt=2", headers=bearer(alpha))
+    assert never.status_code == 404
+    assert never.json()["error"]["message"] == (
+        f"workload {body['id']} has no run 2: it has run 1 time(s)"
+    )
+    zero = client.get(f"/api/v1/workloads/{body['id']}/logs?attempt=0", headers=bearer(alpha))
+    assert zero.status_code == 400 and zero.json()["error"]["code"] == "invalid_request"
 
 
 def test_idempotency_key_returns_the_first_result(client: TestClient[Any]) -> None:

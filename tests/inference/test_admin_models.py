@@ -91,3 +91,27 @@ async def test_a_member_may_not_change_the_registry(gateway: Gateway) -> None:
     async with httpx.AsyncClient(base_url=gateway.url, headers=member) as http:
         assert (await http.put("/api/v1/admin/models/mine", json=body)).status_code == 403
         assert (await http.get("/api/v1/admin/models")).status_code == 403
+
+
+@pytest.mark.parametrize("variable", ["IGNARA_ADMIN_KEY", "DATABASE_URL", "PATH", "HOME"])
+async def test_an_endpoint_may_not_send_the_gateways_own_variables_upstream(
+    gateway: Gateway, variable: str
+) -> None:
+    """A careless (or hostile) admin points an endpoint's key at a variable of the
+    gateway: refused with 422 naming the rule, by both admin routes, and nothing changes."""
+    endpoint = {"base_url": gateway.upstream.base_url, "api_key_env": variable}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=ADMIN) as http:
+        before = (await http.get("/api/v1/admin/config")).json()
+        put = await http.put(
+            "/api/v1/admin/models/leak", json={"flavor": "llama", "endpoints": [endpoint]}
+        )
+        leak = {"name": "leak", "flavor": "llama", "endpoints": [endpoint]}
+        whole = {**before, "models": [*before["models"], leak]}
+        applied = await http.post("/api/v1/admin/config", json=whole)
+        after = (await http.get("/api/v1/admin/config")).json()
+    for refused in (put, applied):
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["error"]["message"]
+        assert f"api_key_env: {variable!r} may not be sent upstream" in message
+        assert "must start with IGNARA_UPSTREAM_KEY_" in message
+    assert after == before
