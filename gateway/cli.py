@@ -260,7 +260,7 @@ def create_key(
             tenant=tenant,
             principal=principal,
             roles=[ADMIN] if platform else [role or MEMBER],
-            scopes=list(scopes) if scopes else _all_scopes(platform, role or MEMBER),
+            scopes=list(scopes) if scopes else None,  # all the role allows
             expires_at=expires_at,
             actor=CLI_ACTOR,
         )
@@ -275,12 +275,6 @@ def create_key(
         err=True,
     )
     click.echo(token)
-
-
-def _all_scopes(platform: bool, role: str) -> list[str]:
-    from tenants.services.access import ADMIN, default_scopes
-
-    return default_scopes([ADMIN] if platform else [role], platform=platform)
 
 
 @keys.command("list")

@@ -22,7 +22,7 @@ async def issue_api_key(
     tenant: str | None,
     principal: str,
     roles: Sequence[str],
-    scopes: Sequence[str],
+    scopes: Sequence[str] | None,
     expires_at: datetime | None,
     actor: str,
 ) -> tuple[ApiKey, str]:

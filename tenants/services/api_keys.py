@@ -67,14 +67,15 @@ async def add_api_key(
     tenant: str | None,
     principal: str,
     roles: Sequence[str],
-    scopes: Sequence[str],
+    scopes: Sequence[str] | None,
     key_id: str,
     secret_hash: str,
     expires_at: datetime | None = None,
     actor: str,
 ) -> ApiKey:
     """Store a key of ``tenant`` (``None``: a platform key) for ``principal`` with
-    exactly these roles and scopes; no other key changes. Raises
+    exactly these roles and scopes (``None``: all the roles allow); no other key
+    changes. Raises
     ``InvalidRequestError`` for roles or scopes no key may hold, ``NotFoundError`` for a
     tenant that does not exist (or was deleted)."""
     platform = tenant is None

@@ -35,7 +35,7 @@ from tenants.models import (
     WorkloadRow,
 )
 from tenants.models._base import utcnow
-from tenants.services.tenants import close_queues, delete_tenant
+from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant
 
 __all__ = [
     "HOLDING_STATES",
@@ -47,9 +47,6 @@ __all__ = [
     "load_models",
     "load_quota_config",
 ]
-
-# Workload states in which a workload holds quota in its queue.
-HOLDING_STATES = ("admitted", "running")
 
 
 @dataclass

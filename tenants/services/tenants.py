@@ -19,6 +19,7 @@ from tenants.models import ApiKey, AuditEntry, Principal, Tenant, WorkloadRow
 from tenants.models._base import utcnow
 
 __all__ = [
+    "HOLDING_STATES",
     "QUEUE_CLOSED",
     "TenantRemoval",
     "close_queues",
@@ -32,8 +33,8 @@ __all__ = [
 # The pending reason of a workload whose queue is no longer open to its tenant.
 QUEUE_CLOSED = "QueueClosed"
 
-# Workload states in which a workload holds quota (as tenants.services.config says).
-_HOLDING = ("admitted", "running")
+# Workload states in which a workload holds quota in its queue.
+HOLDING_STATES = ("admitted", "running")
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ async def delete_tenant(session: AsyncSession, name: str, *, actor: str) -> Tena
     holding = (
         await session.exec(
             select(WorkloadRow.name).where(
-                col(WorkloadRow.tenant) == name, col(WorkloadRow.state).in_(_HOLDING)
+                col(WorkloadRow.tenant) == name, col(WorkloadRow.state).in_(HOLDING_STATES)
             )
         )
     ).all()
