@@ -75,9 +75,8 @@ async def add_api_key(
 ) -> ApiKey:
     """Store a key of ``tenant`` (``None``: a platform key) for ``principal`` with
     exactly these roles and scopes (``None``: all the roles allow); no other key
-    changes. Raises
-    ``InvalidRequestError`` for roles or scopes no key may hold, ``NotFoundError`` for a
-    tenant that does not exist (or was deleted)."""
+    changes. Raises ``InvalidRequestError`` for roles or scopes no key may hold,
+    ``NotFoundError`` for a tenant that does not exist (or was deleted)."""
     platform = tenant is None
     roles = key_roles(roles, platform=platform)
     scopes = key_scopes(roles, scopes, platform=platform)

@@ -35,7 +35,7 @@ from tenants.models import (
     WorkloadRow,
 )
 from tenants.models._base import utcnow
-from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant
+from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant, live_tenants
 
 __all__ = [
     "HOLDING_STATES",
@@ -143,11 +143,7 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
     queues = (
         await session.exec(select(ClusterQueueRow).order_by(col(ClusterQueueRow.position)))
     ).all()
-    tenants = (
-        await session.exec(
-            select(Tenant).where(col(Tenant.deleted_at).is_(None)).order_by(col(Tenant.name))
-        )
-    ).all()
+    tenants = await live_tenants(session)
     models = (await session.exec(select(ModelRow).order_by(col(ModelRow.position)))).all()
     setting = await session.get(CohortRow, _SETTINGS_ROW)
     return {
