@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.settings import Settings
-from tests.gateway.access_harness import ADMIN_KEY, Api, chat, running, workload
+from tests.gateway.access_harness import ADMIN_KEY, Api, chat, config, running, workload
 from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration
@@ -83,9 +83,11 @@ async def test_every_tenant_route_checks_its_scope(api: Api) -> None:
                 refused(response, f'it needs scope "{needed}"')
 
 
-async def test_every_admin_route_checks_its_scope(api: Api) -> None:
+async def test_every_admin_route_checks_its_scope(api: Api, upstream: FakeOpenAI) -> None:
     routes = [
         ("GET", "/api/v1/admin/config", None),
+        ("POST", "/api/v1/admin/config", config(upstream.base_url)),
+        ("DELETE", "/api/v1/admin/models/no-such-model", None),
         ("GET", "/api/v1/admin/tenants", None),
         ("DELETE", "/api/v1/admin/tenants/nobody", None),
         ("GET", "/api/v1/admin/models", None),
