@@ -1,10 +1,14 @@
-"""Asking the policy engine, and answering 403 with its reasons."""
+"""Asking the policy engine, and answering 403 with its reasons.
+
+Every route asks ``ignara.authz`` with its action before doing anything; the policy
+maps the action to the roles and the scope it needs (``policies/rego/authz.rego``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.auth import Identity
+from gateway.auth import ANY_TENANT, Identity
 from gateway.errors import ApiError
 from gateway.policy import PolicyEngine
 
@@ -15,17 +19,27 @@ ADMISSION = "ignara.admission.decision"
 
 
 def principal_of(identity: Identity) -> dict[str, Any]:
-    principal: dict[str, Any] = {"id": identity.principal, "roles": sorted(identity.roles)}
-    if identity.tenant != "*":
+    principal: dict[str, Any] = {
+        "id": identity.principal,
+        "roles": sorted(identity.roles),
+        "scopes": sorted(identity.scopes),
+    }
+    if identity.tenant != ANY_TENANT:
         principal["tenant"] = identity.tenant
     return principal
 
 
 async def authorize(
-    policy: PolicyEngine, identity: Identity, action: str, tenant: str | None = None
+    policy: PolicyEngine,
+    identity: Identity,
+    action: str,
+    tenant: str | None = None,
+    **resource: Any,
 ) -> None:
-    """Raise 403 unless the authorization policy allows ``action`` on ``tenant``'s data."""
-    resource = {"tenant": tenant} if tenant is not None else {}
+    """Raise 403 unless the authorization policy allows ``action`` on ``tenant``'s data;
+    ``resource`` adds what else the policy reads (a key's ``roles`` and ``scopes``)."""
+    if tenant is not None:
+        resource["tenant"] = tenant
     decision = await policy.decide(
         AUTHZ, {"principal": principal_of(identity), "action": action, "resource": resource}
     )

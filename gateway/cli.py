@@ -1,9 +1,12 @@
-"""The `ignara` command line: `serve` and `simulate`."""
+"""The `ignara` command line: `serve`, `apply`, `simulate` and `keys`."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -143,6 +146,185 @@ def simulate(file: str, as_json: bool) -> None:
     for failure in result.failures:
         click.echo(failure, err=True)
     sys.exit(0 if result.ok else 1)
+
+
+T = TypeVar("T")
+
+CLI_ACTOR = "ignara keys (cli)"
+_DURATION = re.compile(r"(\d+)([smhd]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_EXPIRY, MAX_EXPIRY = 60, 2 * 365 * 86400  # as the admin API allows
+
+
+@main.group()
+def keys() -> None:
+    """Issue, list and revoke API keys in the database (DATABASE_URL, or ./ignara.db),
+    with the pepper the server uses (IGNARA_KEY_PEPPER, or the pepper file). Each change
+    is audited as made by "ignara keys (cli)"; running gateways notice within a second."""
+
+
+def _expires_in(_: click.Context, __: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise click.BadParameter("write a duration such as 3600, 90m, 12h or 30d")
+    seconds = int(match[1]) * _UNIT_SECONDS[match[2]]
+    if not MIN_EXPIRY <= seconds <= MAX_EXPIRY:
+        raise click.BadParameter("must be between 60 seconds and 730 days")
+    return seconds
+
+
+def _run_on_database(work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(session)`` in one transaction on the migrated database; a refusal
+    of the tenants services ends the command with its message and exit status 2."""
+    import asyncio
+
+    from tenants import Database, TenantsError
+
+    async def run() -> T:
+        database = Database(Settings.from_env().database.url)
+        try:
+            await database.migrate()
+            async with database.session() as session:
+                return await work(session)
+        finally:
+            await database.dispose()
+
+    try:
+        return asyncio.run(run())
+    except TenantsError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+
+
+@keys.command("create")
+@click.option("--tenant", default=None, help="The tenant the key belongs to.")
+@click.option(
+    "--admin", "platform", is_flag=True, help="A platform admin key (of no tenant) instead."
+)
+@click.option("--principal", required=True, help="Who holds the key (a user or service name).")
+@click.option(
+    "--role",
+    type=click.Choice(["member", "tenant-admin"]),
+    default=None,
+    help="A tenant key's role (default: member).",
+)
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    help="Narrow the key to these scopes (repeat it); default: every scope of its role.",
+)
+@click.option(
+    "--expires-in", callback=_expires_in, default=None, help="e.g. 90m, 12h, 30d (default: never)."
+)
+def create_key(
+    tenant: str | None,
+    platform: bool,
+    principal: str,
+    role: str | None,
+    scopes: tuple[str, ...],
+    expires_in: int | None,
+) -> None:
+    """Issue a key; its token goes to stdout, once (everything else to stderr).
+
+    \b
+    ignara keys create --admin --principal alice          a platform admin key
+    ignara keys create --tenant vision --principal ci     a member key of tenant vision
+    """
+    from datetime import timedelta
+
+    from gateway.auth.issue import issue_api_key
+    from gateway.services import load_pepper
+    from tenants.models._base import utcnow
+    from tenants.services.access import ADMIN, MEMBER, PRINCIPAL_NAME
+
+    if platform == (tenant is not None):
+        raise click.UsageError("give exactly one of --tenant TENANT or --admin")
+    if platform and role is not None:
+        raise click.UsageError("a platform key carries the admin role; --role is for tenant keys")
+    if not re.fullmatch(PRINCIPAL_NAME, principal):
+        raise click.BadParameter(
+            "lowercase letters, digits and . _ @ -, starting with a letter or digit",
+            param_hint="--principal",
+        )
+    settings = Settings.from_env()
+    pepper = load_pepper(settings)
+    expires_at = utcnow() + timedelta(seconds=expires_in) if expires_in else None
+
+    async def create(session: Any) -> tuple[Any, str]:
+        return await issue_api_key(
+            session,
+            pepper,
+            tenant=tenant,
+            principal=principal,
+            roles=[ADMIN] if platform else [role or MEMBER],
+            scopes=list(scopes) if scopes else None,  # all the role allows
+            expires_at=expires_at,
+            actor=CLI_ACTOR,
+        )
+
+    key, token = _run_on_database(create)
+    owner = "the platform" if key.tenant is None else f"tenant {key.tenant}"
+    click.echo(
+        f"key {key.key_id} of {owner} for {principal}: roles {', '.join(key.roles)}; "
+        f"scopes {', '.join(key.scopes)}; "
+        f"expires {key.expires_at.isoformat() if key.expires_at else 'never'}. "
+        "The token below is shown only now:",
+        err=True,
+    )
+    click.echo(token)
+
+
+@keys.command("list")
+@click.option("--tenant", default=None, help="The tenant whose keys to list.")
+@click.option("--admin", "platform", is_flag=True, help="List the platform keys instead.")
+def list_keys(tenant: str | None, platform: bool) -> None:
+    """One line per key (never a secret): id, principal, roles, scopes, created,
+    expires, revoked."""
+    from tenants.services.api_keys import list_api_keys
+
+    if platform == (tenant is not None):
+        raise click.UsageError("give exactly one of --tenant TENANT or --admin")
+
+    async def listing(session: Any) -> list[str]:
+        return [
+            "\t".join(
+                [
+                    key.key_id,
+                    principal.name,
+                    ",".join(key.roles),
+                    ",".join(key.scopes),
+                    key.created_at.isoformat(),
+                    key.expires_at.isoformat() if key.expires_at else "-",
+                    key.revoked_at.isoformat() if key.revoked_at else "-",
+                ]
+            )
+            for key, principal in await list_api_keys(session, tenant)
+        ]
+
+    for line in _run_on_database(listing):
+        click.echo(line)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+def revoke_key(key_id: str) -> None:
+    """Revoke one key (of any tenant, or a platform key) by its id."""
+    from tenants import NotFoundError
+    from tenants.services.api_keys import find_api_key, revoke_api_key
+
+    async def revoke(session: Any) -> str:
+        found = await find_api_key(session, key_id)
+        if found is None:
+            raise NotFoundError(f"API key {key_id!r} not found")
+        key, principal = found
+        await revoke_api_key(session, key.tenant, key_id, actor=CLI_ACTOR)
+        owner = "the platform" if key.tenant is None else f"tenant {key.tenant}"
+        return f"revoked key {key_id} of {owner} ({principal.name})"
+
+    click.echo(_run_on_database(revoke), err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

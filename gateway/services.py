@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from litestar import Litestar
-from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
@@ -23,21 +22,24 @@ from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
-from gateway.policy.data import config_version, policy_data
+from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
 from quota.model import QuotaConfig
 from tenants import Database
-from tenants.models import Tenant
+from tenants.services.api_keys import has_platform_admin
 from tenants.services.config import (
     load_inference_settings,
     load_models,
     load_quota_config,
 )
+from tenants.services.tenants import live_tenants
 
-__all__ = ["Services", "load_pepper", "oidc_verifier"]
+__all__ = ["CREATE_ADMIN_COMMAND", "Services", "load_pepper", "oidc_verifier"]
 
 log = logging.getLogger(__name__)
+
+CREATE_ADMIN_COMMAND = "ignara keys create --admin --principal <your-name>"
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Services:
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
+    credentials_version: int | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -113,7 +116,9 @@ class Services:
             quota = await load_quota_config(session)
             models = await load_models(session)
             inference = await load_inference_settings(session)
-            tenants = (await session.exec(select(Tenant))).all()
+            tenants = await live_tenants(session)
+        # A deleted tenant's keys, cached here, stop at once (the policy drops it too).
+        self.api_keys.clear()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
         registry = build_registry(models, self.settings.inference.key_env)
         self.inference.catalog = Catalog(
@@ -132,18 +137,37 @@ class Services:
         self.config_version = version
 
     async def check_config(self) -> None:
-        """Another replica may change the config: reload when the audit log moved."""
+        """Another replica may change the config: reload when the audit log moved; and
+        forget cached keys when keys changed (a revocation applies within a second)."""
         try:
             async with self.database.session() as session:
                 version = await config_version(session)
+                credentials = await credentials_version(session)
+            if credentials != self.credentials_version:
+                self.api_keys.clear()
+                self.credentials_version = credentials
             if version != self.config_version:
                 await self.reload_config()
         except Exception:  # the top of a background task: log, never die
             log.exception("cannot reload the config; retrying")
 
+    async def warn_without_admin(self) -> None:
+        """Say at start when nobody could administer this gateway, and how to fix it."""
+        if self.settings.auth.admin_key is not None:
+            return
+        async with self.database.session() as session:
+            if await has_platform_admin(session):
+                return
+        log.warning(
+            "no platform admin: IGNARA_ADMIN_KEY is unset and the database holds no "
+            "platform admin key; create one with: %s",
+            CREATE_ADMIN_COMMAND,
+        )
+
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
         await self.database.migrate()
+        await self.warn_without_admin()
         await self.reload_config()
         await self.upstreams.start()
         await self.recorder.start()

@@ -1,5 +1,8 @@
 """`/api/v1/admin`: tenants, API keys and the declarative quota config. Every change
-is audited by the services; these handlers only check who may ask."""
+is audited by the services; these handlers only check who may ask.
+
+Keys are immutable: a key's roles and scopes are fixed when it is issued; to change
+them, issue a new key and revoke the old one."""
 
 from __future__ import annotations
 
@@ -11,38 +14,63 @@ from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 from msgspec import Meta
-from sqlmodel import col, select
 
 from gateway.admin.models import check_key_variables
-from gateway.auth import Identity, generate_api_key, hash_secret
+from gateway.auth import Identity
+from gateway.auth.issue import issue_api_key
 from gateway.authorization import authorize
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
-from tenants import Database, parse_config
-from tenants.models import Tenant
+from tenants import Database, InvalidRequestError, parse_config
+from tenants.models import ApiKey, Principal
 from tenants.models._base import utcnow
-from tenants.services import apply_config, export_config
-from tenants.services.api_keys import add_api_key, list_api_keys, revoke_api_key
+from tenants.services import apply_config, delete_tenant, export_config, live_tenants
+from tenants.services.access import (
+    ADMIN,
+    MEMBER,
+    PRINCIPAL_NAME,
+    default_scopes,
+    key_roles,
+    key_scopes,
+)
+from tenants.services.api_keys import get_api_key, list_api_keys, revoke_api_key
 
 __all__ = ["AdminController"]
 
 TenantName = Annotated[str, Parameter(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+KeyId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")]
+PrincipalName = Annotated[str, Meta(pattern=PRINCIPAL_NAME)]
+Scopes = Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)]
+ExpiresIn = Annotated[int, Meta(ge=60, le=2 * 365 * 86400)]
 
 
 class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
-    principal: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9._@-]{0,199}$")]
+    """A tenant's key. ``scopes`` omitted: every scope the roles allow (and the
+    issuer's own key holds); an empty list is refused."""
+
+    principal: PrincipalName
     roles: Annotated[list[str], Meta(min_length=1, max_length=3)] = msgspec.field(
-        default_factory=lambda: ["member"]
+        default_factory=lambda: [MEMBER]
     )
-    scopes: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)] = []
-    expires_in_seconds: Annotated[int, Meta(ge=60, le=2 * 365 * 86400)] | None = None
+    scopes: Scopes | None = None
+    expires_in_seconds: ExpiresIn | None = None
+
+
+class PlatformKeyIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A platform admin's key: it belongs to no tenant and carries the admin role."""
+
+    principal: PrincipalName
+    scopes: Scopes | None = None
+    expires_in_seconds: ExpiresIn | None = None
 
 
 class KeyOut(msgspec.Struct):
     key_id: str
-    tenant: str
+    tenant: str | None  # None: a platform key
+    principal: str
+    roles: list[str]
     scopes: list[str]
     created_at: datetime
     expires_at: datetime | None
@@ -55,6 +83,13 @@ class TenantOut(msgspec.Struct):
     name: str
     display_name: str
     queues: list[str]
+
+
+class TenantDeletedOut(msgspec.Struct):
+    name: str
+    keys_revoked: int
+    principals_disabled: int
+    workloads_cancelled: int
 
 
 class ApplyOut(msgspec.Struct):
@@ -79,13 +114,15 @@ class AdminController(Controller):
         data: JSONBody[dict[str, Any]],
         services: NamedDependency[Services],
     ) -> ApplyOut:
+        """Make the stored config what ``data`` says; tenants it leaves out are deleted
+        (refused with 409 while one has admitted or running workloads)."""
         await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
         check_key_variables(config.models, services.settings.inference.key_rule)
         async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
         if report.changed:
-            await services.reload_config()  # policy data, the quota tree, the models
+            await services.reload_config()  # policy data, the quota tree, the models, keys
         return ApplyOut(report.created, report.updated, report.deleted)
 
     @get("/config", operation_id="GetConfig", summary="The current config, as a file says it.")
@@ -108,8 +145,34 @@ class AdminController(Controller):
     ) -> list[TenantOut]:
         await authorize(policy, request.user, "admin.tenants.list")
         async with database.session() as session:
-            rows = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
+            rows = await live_tenants(session)
         return [TenantOut(t.name, t.display_name, list(t.queues)) for t in rows]
+
+    @delete(
+        "/tenants/{tenant:str}",
+        operation_id="DeleteTenant",
+        status_code=200,
+        summary="Delete a tenant: its keys revoked, principals disabled, pending work cancelled.",
+        responses=errors(404, 409),
+    )
+    async def remove_tenant(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        services: NamedDependency[Services],
+    ) -> TenantDeletedOut:
+        """Refused with 409 while the tenant has admitted or running workloads. Its
+        history stays; a config that names it again brings it back, without its keys."""
+        await authorize(services.policy, request.user, "admin.tenants.delete")
+        async with services.database.session() as session:
+            removal = await delete_tenant(session, tenant, actor=request.user.principal)
+        await services.reload_config()  # unknown to the policies, its cached keys gone
+        return TenantDeletedOut(
+            removal.name,
+            removal.keys_revoked,
+            removal.principals_disabled,
+            removal.workloads_cancelled,
+        )
 
     @post("/tenants/{tenant:str}/keys", operation_id="CreateApiKey", responses=errors(404))
     async def create_key(
@@ -117,38 +180,21 @@ class AdminController(Controller):
         request: Request[Identity, Any, Any],
         tenant: TenantName,
         data: JSONBody[KeyIn],
-        database: NamedDependency[Database],
         pepper: NamedDependency[bytes],
-        policy: NamedDependency[PolicyEngine],
+        services: NamedDependency[Services],
     ) -> KeyOut:
+        """A key of the tenant: ``member`` or ``tenant-admin`` (a tenant admin issues
+        member keys only). The platform role is refused here: see ``POST /keys``."""
         identity = request.user
-        await authorize(policy, identity, "keys.create", tenant)
-        if "admin" in data.roles and "admin" not in identity.roles:
-            raise ApiError(403, "forbidden", "only an admin may create admin keys")
-        generated = generate_api_key("live")
-        expires = (
-            utcnow() + timedelta(seconds=data.expires_in_seconds)
-            if data.expires_in_seconds
-            else None
+        asked = (
+            data.scopes
+            if data.scopes is not None
+            else default_scopes(data.roles, platform=False, ceiling=identity.scopes)
         )
-        async with database.session() as session:
-            try:
-                key = await add_api_key(
-                    session,
-                    tenant=tenant,
-                    principal=data.principal,
-                    roles=data.roles,
-                    key_id=generated.key_id,
-                    secret_hash=hash_secret(generated.secret, pepper),
-                    scopes=data.scopes,
-                    expires_at=expires,
-                    actor=identity.principal,
-                )
-            except ValueError as err:
-                raise ApiError(400, "invalid_request", str(err)) from None
-            out = _key_out(key)
-        out.token = generated.token
-        return out
+        await authorize(
+            services.policy, identity, "keys.create", tenant, roles=data.roles, scopes=asked
+        )
+        return await _issue(services, pepper, identity, tenant, data.principal, data)
 
     @get("/tenants/{tenant:str}/keys", operation_id="ListApiKeys")
     async def list_keys(
@@ -160,7 +206,7 @@ class AdminController(Controller):
     ) -> list[KeyOut]:
         await authorize(policy, request.user, "keys.list", tenant)
         async with database.session() as session:
-            return [_key_out(k) for k in await list_api_keys(session, tenant)]
+            return [_key_out(*record) for record in await list_api_keys(session, tenant)]
 
     @delete(
         "/tenants/{tenant:str}/keys/{key_id:str}",
@@ -172,22 +218,107 @@ class AdminController(Controller):
         self,
         request: Request[Identity, Any, Any],
         tenant: TenantName,
-        key_id: Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")],
-        database: NamedDependency[Database],
-        policy: NamedDependency[PolicyEngine],
+        key_id: KeyId,
         services: NamedDependency[Services],
     ) -> KeyOut:
-        await authorize(policy, request.user, "keys.revoke", tenant)
-        async with database.session() as session:
-            revoked = await revoke_api_key(session, tenant, key_id, actor=request.user.principal)
-        services.api_keys.invalidate(key_id)  # this replica refuses it from now on
-        return _key_out(revoked)
+        """A tenant admin revokes member keys of its tenant only."""
+        # First whether the caller may revoke any key here at all (the least one, a
+        # member's), so a caller who may not learns nothing of which keys exist.
+        await authorize(services.policy, request.user, "keys.revoke", tenant, roles=[MEMBER])
+        return await _revoke(services, request.user, tenant, key_id, "keys.revoke")
+
+    @post("/keys", operation_id="CreatePlatformKey")
+    async def create_platform_key(
+        self,
+        request: Request[Identity, Any, Any],
+        data: JSONBody[PlatformKeyIn],
+        pepper: NamedDependency[bytes],
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        """A platform admin's key (role ``admin``, no tenant), by a platform admin."""
+        identity = request.user
+        asked = (
+            data.scopes
+            if data.scopes is not None
+            else default_scopes([ADMIN], platform=True, ceiling=identity.scopes)
+        )
+        await authorize(services.policy, identity, "admin.keys.create", roles=[ADMIN], scopes=asked)
+        return await _issue(services, pepper, identity, None, data.principal, data)
+
+    @get("/keys", operation_id="ListPlatformKeys")
+    async def list_platform_keys(
+        self, request: Request[Identity, Any, Any], services: NamedDependency[Services]
+    ) -> list[KeyOut]:
+        await authorize(services.policy, request.user, "admin.keys.list")
+        async with services.database.session() as session:
+            return [_key_out(*record) for record in await list_api_keys(session, None)]
+
+    @delete("/keys/{key_id:str}", operation_id="RevokePlatformKey", status_code=200)
+    async def revoke_platform_key(
+        self,
+        request: Request[Identity, Any, Any],
+        key_id: KeyId,
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        await authorize(services.policy, request.user, "admin.keys.revoke", roles=[ADMIN])
+        return await _revoke(services, request.user, None, key_id, "admin.keys.revoke")
 
 
-def _key_out(key: Any) -> KeyOut:
+async def _issue(
+    services: Services,
+    pepper: bytes,
+    identity: Identity,
+    tenant: str | None,
+    principal: str,
+    data: KeyIn | PlatformKeyIn,
+) -> KeyOut:
+    platform = tenant is None
+    expires = (
+        utcnow() + timedelta(seconds=data.expires_in_seconds) if data.expires_in_seconds else None
+    )
+    try:
+        roles = key_roles(
+            [ADMIN] if isinstance(data, PlatformKeyIn) else data.roles, platform=platform
+        )
+        scopes = key_scopes(roles, data.scopes, platform=platform, ceiling=identity.scopes)
+    except InvalidRequestError as err:
+        raise ApiError(400, "invalid_request", str(err)) from None
+    async with services.database.session() as session:
+        key, token = await issue_api_key(
+            session,
+            pepper,
+            tenant=tenant,
+            principal=principal,
+            roles=roles,
+            scopes=scopes,
+            expires_at=expires,
+            actor=identity.principal,
+        )
+        out = _key_out(key, principal)
+    out.token = token
+    return out
+
+
+async def _revoke(
+    services: Services, identity: Identity, tenant: str | None, key_id: str, action: str
+) -> KeyOut:
+    """Revoke one key once the policy allows the caller to act on a key with its roles;
+    in one transaction, so the roles checked are the roles revoked."""
+    async with services.database.session() as session:
+        key, principal = await get_api_key(session, tenant, key_id)
+        await authorize(services.policy, identity, action, tenant, roles=list(key.roles))
+        revoked = await revoke_api_key(session, tenant, key_id, actor=identity.principal)
+        out = _key_out(revoked, principal)
+    services.api_keys.invalidate(key_id)  # this replica refuses it from now on
+    return out
+
+
+def _key_out(key: ApiKey, principal: Principal | str) -> KeyOut:
     return KeyOut(
         key_id=key.key_id,
         tenant=key.tenant,
+        principal=principal if isinstance(principal, str) else principal.name,
+        roles=list(key.roles),
         scopes=list(key.scopes),
         created_at=key.created_at,
         expires_at=key.expires_at,

@@ -27,6 +27,7 @@ from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
 from tenants.services import HOLDING_STATES, load_quota_config
+from tenants.services.tenants import QUEUE_CLOSED, open_queues, queue_closed_message
 from tenants.services.workloads import (
     admission_from_row,
     update_if_unchanged,
@@ -64,6 +65,7 @@ class AdmissionLoop:
         #    seen or not at all).
         async with self.database.snapshot() as session:
             config = await load_quota_config(session)
+            opened = await open_queues(session)
             rows = (
                 await session.exec(
                     select(WorkloadRow).where(
@@ -74,7 +76,10 @@ class AdmissionLoop:
         # 2. Decide.
         engine = QuotaEngine(config, clock=self.clock)
         by_id = {row.id: row for row in rows}
-        holding = _load(engine, rows)
+        closed = [
+            r for r in rows if r.state == "pending" and r.queue not in opened.get(r.tenant, ())
+        ]
+        holding = _load(engine, [r for r in rows if r.id not in {c.id for c in closed}])
         engine.schedule()
         admitted = {name: r for name, r in engine.admitted.items() if name not in holding}
         preempted = holding - set(engine.admitted)
@@ -88,6 +93,8 @@ class AdmissionLoop:
                 reason = engine.reason(workload.name)
                 if reason is not None and workload.name not in preempted:
                     await _explain(session, by_id[workload.name], reason)
+            for row in closed:
+                await _closed(session, row)
         return PassResult(sorted(admitted), sorted(preempted))
 
 
@@ -151,6 +158,20 @@ async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | No
         reason_detail=None,
         reason_code=PREEMPTED,
         reason_message=f"{cause}; it waits for quota again",
+    )
+
+
+async def _closed(session: AsyncSession, row: WorkloadRow) -> None:
+    """A pending workload whose queue is no longer its tenant's (moved to another
+    tenant, or the tenant deleted) is not admitted; it waits, saying so, until the
+    queue is given back or it is cancelled."""
+    message = queue_closed_message(row.queue, row.tenant)
+    if (row.reason_code, row.reason_message) == (QUEUE_CLOSED, message):
+        return
+    await session.exec(
+        update(WorkloadRow)
+        .where(col(WorkloadRow.id) == row.id, col(WorkloadRow.version) == row.version)
+        .values(reason_code=QUEUE_CLOSED, reason_message=message, reason_detail=None)
     )
 
 

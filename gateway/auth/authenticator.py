@@ -36,6 +36,7 @@ from gateway.auth.keys import (
     verify_secret,
 )
 from gateway.auth.oidc import OidcVerifier, looks_like_jwt
+from tenants.services.access import ADMIN, scopes_for
 
 __all__ = [
     "BOOTSTRAP_PRINCIPAL",
@@ -124,7 +125,8 @@ class Authenticator:
             return Identity(
                 tenant=ANY_TENANT,
                 principal=BOOTSTRAP_PRINCIPAL,
-                roles=frozenset({"admin"}),
+                roles=frozenset({ADMIN}),
+                scopes=scopes_for({ADMIN}, platform=True),
                 via="bootstrap",
             )
         if looks_like_api_key(token):

@@ -23,6 +23,7 @@ class Identity:
 
     ``principal`` is the user or service account (the API key's principal, or the
     token's ``sub``); ``key_id`` is the public id of the API key used, if any, for audit.
+    ``scopes`` are all the caller may do within its roles: an empty set allows nothing.
     """
 
     tenant: str
@@ -37,4 +38,6 @@ class Identity:
 
     @property
     def is_admin(self) -> bool:
-        return "admin" in self.roles
+        """A platform admin: the admin role on a principal of no tenant (a tenant's
+        principal claiming the role is no admin, as the policy says too)."""
+        return "admin" in self.roles and self.tenant == ANY_TENANT

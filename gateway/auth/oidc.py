@@ -49,6 +49,7 @@ from gateway.auth.errors import (
     UnsupportedAlgorithmError,
 )
 from gateway.auth.identity import Identity
+from tenants.services.access import SCOPES, scopes_for
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
@@ -75,6 +76,7 @@ MAX_NAME_CHARS = 256
 _JWS_COMPACT_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 _TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _LOOPBACK_HOSTS = frozenset({"localhost"})
+IGNARA_SCOPES = frozenset(SCOPES)
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -89,7 +91,13 @@ class OidcSettings:
     ``tenant_claim`` and ``roles_claim`` name a top-level claim (``"tenant"``, or a
     namespaced ``"https://ignara.example/tenant"``) or, when no such claim exists, a dotted
     path into nested objects (``"realm_access.roles"``, as Keycloak sends roles).
-    ``scopes_claim`` holds a space-separated string or a list of strings.
+    ``scopes_claim`` holds a space-separated string or a list of strings; when it is the
+    default ``"scope"`` and absent, ``"scp"`` (as Microsoft Entra names it) is read.
+
+    A token speaks for a tenant. Its Ignara scopes (``inference``, ``workloads:read``,
+    ...; others, such as ``openid``, are ignored) narrow what its roles allow; a token
+    naming none of them may do all its roles allow. An ``admin`` role in a token grants
+    nothing: platform admins use platform keys.
     """
 
     issuer: str
@@ -427,13 +435,12 @@ class OidcVerifier:
         subject = claims["sub"]
         if len(subject) > MAX_NAME_CHARS:
             raise InvalidTokenError("The access token's subject is too long.")
-        return Identity(
-            tenant=tenant,
-            principal=subject,
-            roles=_string_set(claims, settings.roles_claim),
-            scopes=_string_set(claims, settings.scopes_claim),
-            via="oidc",
-        )
+        roles = _string_set(claims, settings.roles_claim)
+        named = _string_set(claims, settings.scopes_claim)
+        if settings.scopes_claim == "scope" and "scope" not in claims:
+            named = _string_set(claims, "scp")
+        scopes = named & IGNARA_SCOPES or scopes_for(roles, platform=False)
+        return Identity(tenant=tenant, principal=subject, roles=roles, scopes=scopes, via="oidc")
 
 
 def _claims_object(payload: bytes | None) -> dict[str, Any]:

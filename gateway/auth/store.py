@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from gateway.auth.identity import ANY_TENANT
 from gateway.auth.keys import ApiKeyStore, StoredKey
 from tenants import Database
 from tenants.services.api_keys import find_api_key, touch_api_key
@@ -26,13 +27,14 @@ class SqlApiKeyStore:
         key, principal = found
         return StoredKey(
             key_id=key.key_id,
-            tenant=key.tenant,
+            tenant=ANY_TENANT if key.tenant is None else key.tenant,
             principal=principal.name,
             secret_hash=key.secret_hash,
-            roles=frozenset(principal.roles),
+            roles=frozenset(key.roles),
             scopes=frozenset(key.scopes),
             expires_at=key.expires_at,
-            revoked_at=key.revoked_at,
+            # A disabled principal's keys are as good as revoked.
+            revoked_at=key.revoked_at or principal.disabled_at,
         )
 
     async def touch(self, key_id: str, when: datetime) -> None:
@@ -46,7 +48,8 @@ class CachedApiKeyStore:
     call costs no SQL round trip.
 
     A revocation made through this gateway applies at once (:meth:`invalidate`); one
-    made through another replica, within ``ttl`` seconds.
+    made through another replica when this one notices it (:meth:`clear`, called by the
+    config watcher about every second), at the latest within ``ttl`` seconds.
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class CachedApiKeyStore:
         self._found: dict[str, tuple[float, StoredKey | None]] = {}
         self._touched: dict[str, float] = {}
         self._loading: dict[str, asyncio.Future[StoredKey | None]] = {}
+        self._generation = 0  # moved by clear(): a lookup begun before is not kept
 
     async def get(self, key_id: str) -> StoredKey | None:
         now = self._clock()
@@ -77,6 +81,7 @@ class CachedApiKeyStore:
             return await asyncio.shield(loading)
         future: asyncio.Future[StoredKey | None] = asyncio.get_running_loop().create_future()
         self._loading[key_id] = future
+        generation = self._generation
         try:
             stored = await self._inner.get(key_id)
         except asyncio.CancelledError:
@@ -89,6 +94,8 @@ class CachedApiKeyStore:
         finally:
             del self._loading[key_id]
         future.set_result(stored)
+        if generation != self._generation:
+            return stored  # it may have read the key before a revocation cleared the cache
         if len(self._found) >= self._max_entries:
             self._found.clear()  # a flood of unknown ids must not grow memory
         self._found[key_id] = (now, stored)
@@ -106,3 +113,8 @@ class CachedApiKeyStore:
 
     def invalidate(self, key_id: str) -> None:
         self._found.pop(key_id, None)
+
+    def clear(self) -> None:
+        """Forget every lookup: the next use of each key reads the database again."""
+        self._found.clear()
+        self._generation += 1

@@ -170,7 +170,8 @@ class InferenceService:
 
     async def _authorize(self, identity: Identity, action: str) -> None:
         decision = await self._decide(
-            (AUTHZ, identity.tenant, identity.roles, action),
+            # What the policy reads but the principal's name (which only words a reason).
+            (AUTHZ, identity.tenant, identity.roles, identity.scopes, action),
             AUTHZ,
             lambda: {
                 "principal": principal_of(identity),

@@ -1,4 +1,4 @@
-# Tenant isolation and role-based access for gateway routes.
+# Tenant isolation, roles and scopes for gateway routes.
 #
 # Entry point: data.ignara.authz.decision -> {"allow": bool, "reasons": [string, ...]}
 # Input and data schemas: see README.md in this directory.
@@ -24,9 +24,36 @@ tenant_actions := {
 	"keys.revoke": {"tenant-admin"},
 }
 
+# The scope a key must hold for each action; every `admin.*` action needs "admin".
+action_scopes := {
+	"workloads.submit": "workloads:write",
+	"workloads.cancel": "workloads:write",
+	"workloads.list": "workloads:read",
+	"workloads.read": "workloads:read",
+	"workloads.logs": "workloads:read",
+	"quota.read": "usage:read",
+	"usage.read": "usage:read",
+	"models.list": "inference",
+	"inference.call": "inference",
+	"keys.list": "keys:read",
+	"keys.create": "keys:write",
+	"keys.revoke": "keys:write",
+}
+
 # Actions that spend a tenant's quota. Nobody, not even a platform admin, spends
 # another tenant's quota.
 spending_actions := {"workloads.submit", "inference.call"}
+
+# Actions on one key: input.resource.roles holds the roles of the key created or
+# revoked. Below a platform admin, a principal acts only on keys whose every role
+# ranks below its own highest: a tenant admin on member keys, never on its peers'.
+key_actions := {"keys.create", "keys.revoke", "admin.keys.create", "admin.keys.revoke"}
+
+# Actions that issue a key: input.resource.scopes holds the new key's scopes, each of
+# which the issuing principal must hold itself.
+issuing_actions := {"keys.create", "admin.keys.create"}
+
+role_rank := {"member": 1, "tenant-admin": 2, "admin": 3}
 
 # --- Facts about the input ------------------------------------------------------
 
@@ -39,9 +66,16 @@ roles_are_strings if {
 	}
 }
 
+scopes_are_strings if {
+	is_array(input.principal.scopes)
+	every s in input.principal.scopes {
+		is_string(s)
+	}
+}
+
 roles := {r | some r in input.principal.roles; is_string(r)}
 
-is_admin if "admin" in roles
+scopes := {s | some s in input.principal.scopes; is_string(s)}
 
 action := a if {
 	a := input.action
@@ -67,6 +101,18 @@ principal_name := n if {
 	is_string(n)
 } else := "(anonymous)"
 
+# A platform admin belongs to no tenant. The admin role of a tenant's principal (an
+# OIDC token may claim one) grants nothing: platform power is never held by accident.
+is_admin if {
+	"admin" in roles
+	not principal_tenant
+}
+
+tenant_principal_claims_admin if {
+	"admin" in roles
+	principal_tenant
+}
+
 same_tenant if principal_tenant == resource_tenant
 
 # An admin may read and manage any tenant's resources, but not spend its quota.
@@ -83,6 +129,46 @@ verb := "spend the quota of" if action in spending_actions
 
 else := "act on resources of"
 
+needed_scope := action_scopes[action] if tenant_action
+
+else := "admin" if admin_action
+
+key_action if action in key_actions
+
+issuing_action if action in issuing_actions
+
+resource_roles_are_strings if {
+	is_array(input.resource.roles)
+	every r in input.resource.roles {
+		is_string(r)
+	}
+}
+
+resource_scopes_are_strings if {
+	is_array(input.resource.scopes)
+	every s in input.resource.scopes {
+		is_string(s)
+	}
+}
+
+# The highest rank among the principal's roles that count (a tenant's principal's
+# admin role does not).
+counted_ranks contains role_rank[r] if {
+	some r in roles
+	role_rank[r]
+	not r == "admin"
+}
+
+counted_ranks contains 3 if is_admin
+
+principal_rank := max(counted_ranks) if count(counted_ranks) > 0
+
+else := 0
+
+# An unknown role has no rank, so it is below no one (negate this, never the
+# comparison: `not role_rank[r] < n` is undefined for an unknown r).
+below_caller(role) if role_rank[role] < principal_rank
+
 # --- Why a request is refused ------------------------------------------------------
 
 deny contains "input.principal is missing or not an object" if not principal_is_object
@@ -90,6 +176,11 @@ deny contains "input.principal is missing or not an object" if not principal_is_
 deny contains "input.principal.roles must be an array of strings" if {
 	principal_is_object
 	not roles_are_strings
+}
+
+deny contains "input.principal.scopes must be an array of strings" if {
+	principal_is_object
+	not scopes_are_strings
 }
 
 deny contains "input.action is missing or not a string" if not action
@@ -103,11 +194,59 @@ deny contains sprintf("unknown action \"%s\"", [action]) if {
 deny contains sprintf("action \"%s\" needs the admin role", [action]) if {
 	admin_action
 	not is_admin
+	not tenant_principal_claims_admin
+}
+
+deny contains msg if {
+	admin_action
+	tenant_principal_claims_admin
+	msg := sprintf(
+		"action \"%s\" needs a platform admin; the admin role of a principal of tenant \"%s\" grants nothing (platform admin keys belong to no tenant)",
+		[action, principal_tenant],
+	)
+}
+
+deny contains msg if {
+	needed_scope
+	scopes_are_strings
+	not needed_scope in scopes
+	msg := sprintf(
+		"scopes [%s] do not permit \"%s\"; it needs scope \"%s\"",
+		[concat(", ", sort(scopes)), action, needed_scope],
+	)
 }
 
 deny contains sprintf("action \"%s\" needs input.resource.tenant", [action]) if {
 	tenant_action
 	not resource_tenant
+}
+
+deny contains sprintf("action \"%s\" needs input.resource.roles (an array of strings)", [action]) if {
+	key_action
+	not resource_roles_are_strings
+}
+
+deny contains sprintf("action \"%s\" needs input.resource.scopes (an array of strings)", [action]) if {
+	issuing_action
+	not resource_scopes_are_strings
+}
+
+deny contains msg if {
+	key_action
+	not is_admin
+	some r in input.resource.roles
+	not below_caller(r)
+	msg := sprintf(
+		"role \"%s\" is not below the caller's own (roles [%s]): only a platform admin may create or revoke such a key",
+		[r, concat(", ", sort(roles))],
+	)
+}
+
+deny contains msg if {
+	issuing_action
+	some s in input.resource.scopes
+	not s in scopes
+	msg := sprintf("the caller's key lacks scope \"%s\", so it cannot grant it", [s])
 }
 
 deny contains sprintf("principal \"%s\" belongs to no tenant", [principal_name]) if {

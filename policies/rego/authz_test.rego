@@ -53,18 +53,18 @@ test_member_cannot_manage_keys if {
 	tenants := fx.tenants
 	d := authz.decision with input.principal as fx.alice
 		with input.action as "keys.create"
-		with input.resource as {"tenant": "acme"}
+		with input.resource as {"tenant": "acme", "roles": ["member"], "scopes": ["inference"]}
 		with data.ignara.tenants as tenants
 	d.allow == false
-	d.reasons == ["roles [member] do not permit \"keys.create\"; it needs one of: admin, tenant-admin"]
+	"roles [member] do not permit \"keys.create\"; it needs one of: admin, tenant-admin" in d.reasons
 }
 
-test_tenant_admin_manages_own_keys if {
+test_tenant_admin_manages_own_member_keys if {
 	tenants := fx.tenants
 	every action in ["keys.list", "keys.create", "keys.revoke"] {
 		d := authz.decision with input.principal as fx.amy
 			with input.action as action
-			with input.resource as {"tenant": "acme", "id": "key-1"}
+			with input.resource as {"tenant": "acme", "id": "key-1", "roles": ["member"], "scopes": ["inference"]}
 			with data.ignara.tenants as tenants
 		d == fx.allowed
 	}
@@ -74,7 +74,7 @@ test_tenant_admin_cannot_manage_another_tenants_keys if {
 	tenants := fx.tenants
 	d := authz.decision with input.principal as fx.amy
 		with input.action as "keys.revoke"
-		with input.resource as {"tenant": "globex", "id": "key-9"}
+		with input.resource as {"tenant": "globex", "id": "key-9", "roles": ["member"]}
 		with data.ignara.tenants as tenants
 	d.allow == false
 	d.reasons == ["principal of tenant \"acme\" may not act on resources of tenant \"globex\""]
@@ -86,7 +86,10 @@ test_member_cannot_reach_admin_routes if {
 		with input.action as "admin.tenants.list"
 		with data.ignara.tenants as tenants
 	d.allow == false
-	d.reasons == ["action \"admin.tenants.list\" needs the admin role"]
+	d.reasons == [
+		"action \"admin.tenants.list\" needs the admin role",
+		"scopes [inference, usage:read, workloads:read, workloads:write] do not permit \"admin.tenants.list\"; it needs scope \"admin\"",
+	]
 }
 
 test_tenant_admin_cannot_reach_admin_routes if {
@@ -94,7 +97,10 @@ test_tenant_admin_cannot_reach_admin_routes if {
 	d := authz.decision with input.principal as fx.amy
 		with input.action as "admin.flavors.update"
 		with data.ignara.tenants as tenants
-	d.reasons == ["action \"admin.flavors.update\" needs the admin role"]
+	d.reasons == [
+		"action \"admin.flavors.update\" needs the admin role",
+		"scopes [inference, keys:read, keys:write, usage:read, workloads:read, workloads:write] do not permit \"admin.flavors.update\"; it needs scope \"admin\"",
+	]
 }
 
 test_admin_reaches_admin_routes if {
@@ -110,7 +116,7 @@ test_admin_reads_and_cancels_any_tenants_workloads if {
 	every action in ["workloads.read", "workloads.cancel", "keys.revoke"] {
 		d := authz.decision with input.principal as fx.root
 			with input.action as action
-			with input.resource as {"tenant": "globex", "id": "x"}
+			with input.resource as {"tenant": "globex", "id": "x", "roles": ["tenant-admin"]}
 			with data.ignara.tenants as tenants
 		d == fx.allowed
 	}
@@ -172,7 +178,7 @@ test_suspended_tenant_is_denied if {
 
 test_unknown_tenant_is_denied if {
 	tenants := fx.tenants
-	d := authz.decision with input.principal as {"id": "mallory", "tenant": "umbrella", "roles": ["member"]}
+	d := authz.decision with input.principal as {"id": "mallory", "tenant": "umbrella", "roles": ["member"], "scopes": ["workloads:read"]}
 		with input.action as "workloads.list"
 		with input.resource as {"tenant": "umbrella"}
 		with data.ignara.tenants as tenants
@@ -181,9 +187,163 @@ test_unknown_tenant_is_denied if {
 
 test_principal_without_tenant_is_denied if {
 	tenants := fx.tenants
-	d := authz.decision with input.principal as {"id": "svc", "roles": ["member"]}
+	d := authz.decision with input.principal as {"id": "svc", "roles": ["member"], "scopes": ["inference"]}
 		with input.action as "models.list"
 		with input.resource as {"tenant": "acme"}
 		with data.ignara.tenants as tenants
 	d.reasons == ["principal \"svc\" belongs to no tenant"]
+}
+
+# --- Scopes --------------------------------------------------------------------------
+
+test_each_action_needs_its_scope if {
+	tenants := fx.tenants
+	every action, scope in authz.action_scopes {
+		allowed := authz.decision with input.principal as {"id": "k", "tenant": "acme", "roles": ["tenant-admin"], "scopes": [scope]}
+			with input.action as action
+			with input.resource as {"tenant": "acme", "roles": ["member"], "scopes": [scope]}
+			with data.ignara.tenants as tenants
+		allowed == fx.allowed
+	}
+}
+
+test_a_usage_reader_may_only_read_usage if {
+	tenants := fx.tenants
+	every action in ["workloads.submit", "workloads.list", "workloads.cancel", "inference.call", "models.list"] {
+		d := authz.decision with input.principal as fx.reader
+			with input.action as action
+			with input.resource as {"tenant": "acme"}
+			with data.ignara.tenants as tenants
+		d.allow == false
+		d.reasons == [sprintf("scopes [usage:read] do not permit \"%s\"; it needs scope \"%s\"", [action, authz.action_scopes[action]])]
+	}
+	d := authz.decision with input.principal as fx.reader
+		with input.action as "usage.read"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	d == fx.allowed
+}
+
+test_admin_routes_need_the_admin_scope if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as {"id": "root", "roles": ["admin"], "scopes": ["keys:read", "keys:write"]}
+		with input.action as "admin.tenants.delete"
+		with data.ignara.tenants as tenants
+	d.reasons == ["scopes [keys:read, keys:write] do not permit \"admin.tenants.delete\"; it needs scope \"admin\""]
+}
+
+test_missing_scopes_allow_nothing if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as {"id": "old", "tenant": "acme", "roles": ["member"]}
+		with input.action as "workloads.list"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	d.allow == false
+	d.reasons == ["input.principal.scopes must be an array of strings"]
+}
+
+# --- The platform role belongs to no tenant ----------------------------------------------
+
+test_a_tenant_principal_claiming_admin_gets_no_admin_route if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as fx.mallory
+		with input.action as "admin.tenants.list"
+		with data.ignara.tenants as tenants
+	d.reasons == ["action \"admin.tenants.list\" needs a platform admin; the admin role of a principal of tenant \"acme\" grants nothing (platform admin keys belong to no tenant)"]
+}
+
+test_a_tenant_principal_claiming_admin_reaches_no_other_tenant if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as fx.mallory
+		with input.action as "workloads.read"
+		with input.resource as {"tenant": "globex"}
+		with data.ignara.tenants as tenants
+	d.allow == false
+	"principal of tenant \"acme\" may not act on resources of tenant \"globex\"" in d.reasons
+}
+
+test_a_tenant_principal_claiming_admin_has_no_tenant_role_either if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as fx.mallory
+		with input.action as "workloads.submit"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	d.reasons == ["roles [admin] do not permit \"workloads.submit\"; it needs one of: admin, member, tenant-admin"]
+}
+
+# --- Who issues and revokes which key ---------------------------------------------------
+
+test_tenant_admin_cannot_issue_or_revoke_keys_at_its_own_rank_or_above if {
+	tenants := fx.tenants
+	every action in ["keys.create", "keys.revoke"] {
+		every role in ["tenant-admin", "admin", "owner"] {
+			d := authz.decision with input.principal as fx.amy
+				with input.action as action
+				with input.resource as {"tenant": "acme", "roles": ["member", role], "scopes": ["inference"]}
+				with data.ignara.tenants as tenants
+			d.allow == false
+			d.reasons == [sprintf("role \"%s\" is not below the caller's own (roles [tenant-admin]): only a platform admin may create or revoke such a key", [role])]
+		}
+	}
+}
+
+test_key_actions_need_the_keys_roles_and_scopes if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as fx.amy
+		with input.action as "keys.create"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	d.reasons == [
+		"action \"keys.create\" needs input.resource.roles (an array of strings)",
+		"action \"keys.create\" needs input.resource.scopes (an array of strings)",
+	]
+}
+
+test_a_key_grants_no_scope_its_issuer_lacks if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as {"id": "amy", "tenant": "acme", "roles": ["tenant-admin"], "scopes": ["keys:write"]}
+		with input.action as "keys.create"
+		with input.resource as {"tenant": "acme", "roles": ["member"], "scopes": ["inference", "usage:read"]}
+		with data.ignara.tenants as tenants
+	d.reasons == [
+		"the caller's key lacks scope \"inference\", so it cannot grant it",
+		"the caller's key lacks scope \"usage:read\", so it cannot grant it",
+	]
+}
+
+test_platform_admin_issues_tenant_admin_keys_for_any_tenant if {
+	tenants := fx.tenants
+	d := authz.decision with input.principal as fx.root
+		with input.action as "keys.create"
+		with input.resource as {"tenant": "globex", "roles": ["tenant-admin"], "scopes": fx.tenant_admin_scopes}
+		with data.ignara.tenants as tenants
+	d == fx.allowed
+}
+
+test_only_a_platform_admin_issues_platform_keys if {
+	tenants := fx.tenants
+	resource := {"roles": ["admin"], "scopes": ["admin"]}
+	d := authz.decision with input.principal as fx.root
+		with input.action as "admin.keys.create"
+		with input.resource as resource
+		with data.ignara.tenants as tenants
+	d == fx.allowed
+	e := authz.decision with input.principal as fx.amy
+		with input.action as "admin.keys.create"
+		with input.resource as resource
+		with data.ignara.tenants as tenants
+	e.allow == false
+	"action \"admin.keys.create\" needs the admin role" in e.reasons
+}
+
+test_a_member_with_every_scope_still_issues_no_key if {
+	tenants := fx.tenants
+	all_scopes := fx.all_scopes
+	d := authz.decision with input.principal as {"id": "alice", "tenant": "acme", "roles": ["member"], "scopes": all_scopes}
+		with input.action as "keys.create"
+		with input.resource as {"tenant": "acme", "roles": ["member"], "scopes": ["inference"]}
+		with data.ignara.tenants as tenants
+	d.allow == false
+	"roles [member] do not permit \"keys.create\"; it needs one of: admin, tenant-admin" in d.reasons
+	"role \"member\" is not below the caller's own (roles [member]): only a platform admin may create or revoke such a key" in d.reasons
 }

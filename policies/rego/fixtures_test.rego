@@ -47,14 +47,27 @@ workload := {
 	],
 }
 
-alice := {"id": "alice", "tenant": "acme", "roles": ["member"]}
+# Every scope each role allows (tenants/services/access.py): what a key gets by default.
+member_scopes := ["inference", "usage:read", "workloads:read", "workloads:write"]
 
-amy := {"id": "amy", "tenant": "acme", "roles": ["tenant-admin"]}
+tenant_admin_scopes := array.concat(member_scopes, ["keys:read", "keys:write"])
 
-gary := {"id": "gary", "tenant": "globex", "roles": ["member"]}
+all_scopes := array.concat(tenant_admin_scopes, ["admin"])
 
-ian := {"id": "ian", "tenant": "initech", "roles": ["member", "tenant-admin"]}
+alice := {"id": "alice", "tenant": "acme", "roles": ["member"], "scopes": member_scopes}
 
-root := {"id": "root", "roles": ["admin"]}
+amy := {"id": "amy", "tenant": "acme", "roles": ["tenant-admin"], "scopes": tenant_admin_scopes}
+
+gary := {"id": "gary", "tenant": "globex", "roles": ["member"], "scopes": member_scopes}
+
+ian := {"id": "ian", "tenant": "initech", "roles": ["member", "tenant-admin"], "scopes": tenant_admin_scopes}
+
+root := {"id": "root", "roles": ["admin"], "scopes": all_scopes}
+
+# A tenant's principal claiming the platform role (as an OIDC token may).
+mallory := {"id": "mallory", "tenant": "acme", "roles": ["admin"], "scopes": all_scopes}
+
+# A key that may only read usage.
+reader := {"id": "reader", "tenant": "acme", "roles": ["member"], "scopes": ["usage:read"]}
 
 allowed := {"allow": true, "reasons": []}

@@ -10,15 +10,22 @@ __all__ = ["ApiKey"]
 
 
 class ApiKey(SQLModel, table=True):
-    """An API key: its public id, and its secret only as a keyed hash."""
+    """An API key: its public id, its secret only as a keyed hash, and its powers.
+
+    A key's roles and scopes are its own, fixed when it is issued: issuing another key
+    to the same principal never changes them. ``tenant`` is None for a platform key (a
+    platform admin's, belonging to no tenant)."""
 
     __tablename__ = "api_keys"
 
     key_id: str = Field(primary_key=True, max_length=40)
-    tenant: str = Field(foreign_key="tenants.name", index=True, max_length=63)
+    tenant: str | None = Field(
+        default=None, foreign_key="tenants.name", index=True, max_length=63, nullable=True
+    )
     principal_id: str = Field(foreign_key="principals.id", max_length=32)
     secret_hash: str = Field(max_length=128)
-    scopes: list[str] = json_field(list)
+    roles: list[str] = json_field(list)  # member | tenant-admin; admin on platform keys only
+    scopes: list[str] = json_field(list)  # never empty: what the key may do within its roles
     created_at: datetime = timestamp_field()
     expires_at: datetime | None = timestamp_field(nullable=True)
     revoked_at: datetime | None = timestamp_field(nullable=True)

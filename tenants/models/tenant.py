@@ -27,3 +27,6 @@ class Tenant(SQLModel, table=True):
     models: list[str] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
+    # Soft deletion: the row stays for the history (workloads, usage, audit) that names
+    # it; a deleted tenant is unknown to the policies and its keys are revoked.
+    deleted_at: datetime | None = timestamp_field(nullable=True)

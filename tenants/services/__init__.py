@@ -8,12 +8,17 @@ from tenants.services.config import (
     is_unconfigured,
     load_quota_config,
 )
+from tenants.services.tenants import TenantRemoval, delete_tenant, live_tenants, open_queues
 
 __all__ = [
     "HOLDING_STATES",
     "ApplyReport",
+    "TenantRemoval",
     "apply_config",
+    "delete_tenant",
     "export_config",
     "is_unconfigured",
+    "live_tenants",
     "load_quota_config",
+    "open_queues",
 ]

@@ -1,7 +1,11 @@
-"""API keys as rows: the public id and a keyed hash of the secret, never the secret.
+"""API keys as rows: the public id, a keyed hash of the secret (never the secret), and
+the key's own roles and scopes, fixed when it is issued.
 
-Generating keys and hashing secrets happen in the gateway (it holds the pepper);
-these functions store, find, use and revoke what it made.
+Generating keys and hashing secrets happen in the gateway (it holds the pepper); these
+functions store, find, use and revoke what it made. Who may issue or revoke which key
+is the policy's question, asked before these run; what a key may hold at all is
+checked here again (:mod:`tenants.services.access`). Keys are immutable: to change a
+key's roles or scopes, issue a new one and revoke the old.
 """
 
 from __future__ import annotations
@@ -9,70 +13,85 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from sqlalchemy import ColumnElement
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tenants.errors import NotFoundError
-from tenants.models import ApiKey, AuditEntry, Principal, Tenant
-from tenants.models._base import utcnow
+from tenants.errors import ConflictError, NotFoundError
+from tenants.models import ApiKey, AuditEntry, Principal
+from tenants.models._base import new_id, utcnow
+from tenants.services.access import key_roles, key_scopes
+from tenants.services.tenants import lock_live_tenant
 
 __all__ = [
-    "ROLES",
     "KeyRecord",
     "add_api_key",
     "find_api_key",
+    "get_api_key",
+    "has_platform_admin",
     "list_api_keys",
+    "principal_for",
     "revoke_api_key",
     "touch_api_key",
 ]
 
-ROLES = frozenset({"admin", "tenant-admin", "member"})
-
 KeyRecord = tuple[ApiKey, Principal]
 
 
-async def _principal(
-    session: AsyncSession, tenant: str, name: str, roles: Sequence[str]
-) -> Principal:
-    found = (
-        await session.exec(
-            select(Principal).where(Principal.tenant == tenant, Principal.name == name)
-        )
-    ).first()
-    if found is None:
-        found = Principal(tenant=tenant, name=name, kind="service-account", roles=sorted(roles))
-        session.add(found)
-        await session.flush()
-    elif sorted(found.roles) != sorted(roles):
-        found.roles = sorted(roles)
-        session.add(found)
-    return found
+def _of(tenant: str | None) -> ColumnElement[bool]:
+    """Rows of ``tenant``'s, or of the platform's (``None``)."""
+    return col(Principal.tenant).is_(None) if tenant is None else col(Principal.tenant) == tenant
+
+
+async def principal_for(session: AsyncSession, tenant: str | None, name: str) -> Principal:
+    """The principal ``name`` of ``tenant`` (``None``: of the platform), made if new.
+
+    Callers racing to make the same one all get it: the insert does nothing where the
+    unique constraint says the principal exists, and the read after it sees the one
+    that won (never check-then-insert)."""
+    dialect = (await session.connection()).dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    await session.exec(
+        insert(Principal)
+        .values(id=new_id(), tenant=tenant, name=name, kind="service-account", created_at=utcnow())
+        .on_conflict_do_nothing()
+    )
+    query = select(Principal).where(_of(tenant), col(Principal.name) == name)
+    return (await session.exec(query.execution_options(populate_existing=True))).one()
 
 
 async def add_api_key(
     session: AsyncSession,
     *,
-    tenant: str,
+    tenant: str | None,
     principal: str,
     roles: Sequence[str],
+    scopes: Sequence[str] | None,
     key_id: str,
     secret_hash: str,
-    scopes: Sequence[str] = (),
     expires_at: datetime | None = None,
     actor: str,
 ) -> ApiKey:
-    unknown = set(roles) - ROLES
-    if unknown:
-        raise ValueError(f"unknown role {sorted(unknown)[0]!r}; roles are {sorted(ROLES)}")
-    if await session.get(Tenant, tenant) is None:
-        raise NotFoundError(f"tenant {tenant!r} does not exist")
-    owner = await _principal(session, tenant, principal, roles)
+    """Store a key of ``tenant`` (``None``: a platform key) for ``principal`` with
+    exactly these roles and scopes (``None``: all the roles allow); no other key
+    changes. Raises ``InvalidRequestError`` for roles or scopes no key may hold,
+    ``NotFoundError`` for a tenant that does not exist (or was deleted)."""
+    platform = tenant is None
+    roles = key_roles(roles, platform=platform)
+    scopes = key_scopes(roles, scopes, platform=platform)
+    if tenant is not None:
+        await lock_live_tenant(session, tenant)
+    owner = await principal_for(session, tenant, principal)
+    if owner.disabled_at is not None:
+        raise ConflictError(f"principal {principal!r} is disabled")
     key = ApiKey(
         key_id=key_id,
         tenant=tenant,
         principal_id=owner.id,
         secret_hash=secret_hash,
-        scopes=list(scopes),
+        roles=roles,
+        scopes=scopes,
         expires_at=expires_at,
     )
     session.add(key)
@@ -83,9 +102,16 @@ async def add_api_key(
             kind="api_key",
             name=key_id,
             tenant=tenant,
-            detail={"principal": principal, "roles": sorted(roles), "scopes": list(scopes)},
+            detail={
+                "principal": principal,
+                "roles": roles,
+                "scopes": scopes,
+                "platform": platform,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+            },
         )
     )
+    await session.flush()
     return key
 
 
@@ -100,9 +126,24 @@ async def find_api_key(session: AsyncSession, key_id: str) -> KeyRecord | None:
     return None if row is None else (row[0], row[1])
 
 
-async def list_api_keys(session: AsyncSession, tenant: str) -> Sequence[ApiKey]:
-    query = select(ApiKey).where(ApiKey.tenant == tenant).order_by(col(ApiKey.created_at))
-    return (await session.exec(query)).all()
+async def get_api_key(session: AsyncSession, tenant: str | None, key_id: str) -> KeyRecord:
+    """One of ``tenant``'s keys (``None``: a platform key); any other is not found."""
+    found = await find_api_key(session, key_id)
+    if found is None or found[0].tenant != tenant:
+        raise NotFoundError(f"API key {key_id!r} not found")
+    return found
+
+
+async def list_api_keys(session: AsyncSession, tenant: str | None) -> Sequence[KeyRecord]:
+    """``tenant``'s keys (``None``: the platform keys), oldest first."""
+    owned = col(ApiKey.tenant).is_(None) if tenant is None else col(ApiKey.tenant) == tenant
+    query = (
+        select(ApiKey, Principal)
+        .join(Principal, col(Principal.id) == col(ApiKey.principal_id))
+        .where(owned)
+        .order_by(col(ApiKey.created_at), col(ApiKey.key_id))
+    )
+    return [(key, principal) for key, principal in (await session.exec(query)).all()]
 
 
 async def touch_api_key(session: AsyncSession, key_id: str, when: datetime) -> None:
@@ -112,11 +153,12 @@ async def touch_api_key(session: AsyncSession, key_id: str, when: datetime) -> N
         session.add(key)
 
 
-async def revoke_api_key(session: AsyncSession, tenant: str, key_id: str, *, actor: str) -> ApiKey:
-    """Revoke one of ``tenant``'s keys (another tenant's key is simply not found)."""
-    key = await session.get(ApiKey, key_id)
-    if key is None or key.tenant != tenant:
-        raise NotFoundError(f"API key {key_id!r} not found")
+async def revoke_api_key(
+    session: AsyncSession, tenant: str | None, key_id: str, *, actor: str
+) -> ApiKey:
+    """Revoke one of ``tenant``'s keys (``None``: a platform key); another tenant's key
+    is simply not found. Revoking twice changes nothing."""
+    key, _ = await get_api_key(session, tenant, key_id)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         session.add(key)
@@ -126,3 +168,20 @@ async def revoke_api_key(session: AsyncSession, tenant: str, key_id: str, *, act
             )
         )
     return key
+
+
+async def has_platform_admin(session: AsyncSession) -> bool:
+    """Whether some platform key could administer the gateway now."""
+    now = utcnow()
+    query = (
+        select(ApiKey.key_id)
+        .join(Principal, col(Principal.id) == col(ApiKey.principal_id))
+        .where(
+            col(ApiKey.tenant).is_(None),
+            col(ApiKey.revoked_at).is_(None),
+            col(ApiKey.expires_at).is_(None) | (col(ApiKey.expires_at) > now),
+            col(Principal.disabled_at).is_(None),
+        )
+        .limit(1)
+    )
+    return (await session.exec(query)).first() is not None

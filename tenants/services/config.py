@@ -3,7 +3,10 @@ configuration back for the engine.
 
 Applying is idempotent: objects in the file are created or updated, objects not in
 it are removed, and only real changes are written and audited. A cluster queue that
-still holds admitted work is never removed.
+still holds admitted work is never removed. Neither is a tenant with admitted or
+running workloads; any other tenant left out of the file is deleted (softly: its keys
+revoked, its principals disabled, its pending workloads cancelled; its history stays)
+and comes back, with none of its old keys, if a later file names it again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -26,10 +30,12 @@ from tenants.models import (
     CohortRow,
     FlavorRow,
     ModelRow,
+    Principal,
     Tenant,
     WorkloadRow,
 )
 from tenants.models._base import utcnow
+from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant, live_tenants
 
 __all__ = [
     "HOLDING_STATES",
@@ -41,9 +47,6 @@ __all__ = [
     "load_models",
     "load_quota_config",
 ]
-
-# Workload states in which a workload holds quota in its queue.
-HOLDING_STATES = ("admitted", "running")
 
 
 @dataclass
@@ -140,7 +143,7 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
     queues = (
         await session.exec(select(ClusterQueueRow).order_by(col(ClusterQueueRow.position)))
     ).all()
-    tenants = (await session.exec(select(Tenant).order_by(col(Tenant.name)))).all()
+    tenants = await live_tenants(session)
     models = (await session.exec(select(ModelRow).order_by(col(ModelRow.position)))).all()
     setting = await session.get(CohortRow, _SETTINGS_ROW)
     return {
@@ -257,15 +260,36 @@ async def _sync_tenants(
             session.add(Tenant(name=doc.name, **spec))
             _audit(session, actor, "create", "tenant", doc.name, spec, tenant=doc.name)
             report.created.append(f"tenant {doc.name}")
+        elif tenant.deleted_at is not None:
+            await _restore_tenant(session, tenant, spec)
+            restored = {**spec, "restored": True}
+            _audit(session, actor, "create", "tenant", doc.name, restored, tenant=doc.name)
+            report.created.append(f"tenant {doc.name}")
         elif _tenant_spec(tenant) != spec:
+            await close_queues(session, doc.name, sorted(set(tenant.queues) - set(doc.queues)))
             for field_name, value in spec.items():
                 setattr(tenant, field_name, value)
             tenant.updated_at = utcnow()
             session.add(tenant)
             _audit(session, actor, "update", "tenant", doc.name, spec, tenant=doc.name)
             report.updated.append(f"tenant {doc.name}")
-    # Tenants left out of the file are kept: their keys and history outlive a config
-    # edit; an admin removes a tenant explicitly.
+    for name, tenant in sorted(existing.items()):
+        if tenant.deleted_at is None:
+            await delete_tenant(session, name, actor=actor)
+            report.deleted.append(f"tenant {name}")
+
+
+async def _restore_tenant(session: AsyncSession, tenant: Tenant, spec: dict[str, Any]) -> None:
+    """A deleted tenant named again: live, with the new spec. Its principals may hold
+    keys again; the keys it had stay revoked."""
+    for field_name, value in spec.items():
+        setattr(tenant, field_name, value)
+    tenant.deleted_at = None
+    tenant.updated_at = utcnow()
+    session.add(tenant)
+    await session.exec(
+        update(Principal).where(col(Principal.tenant) == tenant.name).values(disabled_at=None)
+    )
 
 
 def _tenant_spec(tenant: Tenant) -> dict[str, Any]:

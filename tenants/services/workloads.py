@@ -100,7 +100,7 @@ async def submit_workload(
         if earlier is not None:
             return _repeat(earlier, fingerprint), False
     owner = await session.get(Tenant, tenant)
-    if owner is None:
+    if owner is None or owner.deleted_at is not None:
         raise NotFoundError(f"tenant {tenant!r} does not exist")
     queue = await session.get(ClusterQueueRow, submission.queue)
     if queue is None or submission.queue not in owner.queues:

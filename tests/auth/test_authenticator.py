@@ -23,6 +23,7 @@ from gateway.auth import (
     hash_secret,
     parse_api_key,
 )
+from tenants.services.access import SCOPES
 from tests.auth.conftest import AUDIENCE, ISSUER, FakeClock, JwksServer, SigningKeys, sign
 
 PEPPER = b"pepper-for-tests-0123456789"
@@ -175,7 +176,11 @@ async def test_keys_of_any_environment_are_accepted_unless_one_is_required(
 async def test_the_bootstrap_key_is_the_admin(api_keys: ApiKeys) -> None:
     identity = await make_authenticator(api_keys).authenticate(f"Bearer {ADMIN_KEY}")
     assert identity == Identity(
-        tenant=ANY_TENANT, principal="bootstrap-admin", roles=frozenset({"admin"}), via="bootstrap"
+        tenant=ANY_TENANT,
+        principal="bootstrap-admin",
+        roles=frozenset({"admin"}),
+        scopes=frozenset(SCOPES),  # every scope there is
+        via="bootstrap",
     )
     assert identity.is_admin and identity.has_role("admin")
 

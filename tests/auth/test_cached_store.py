@@ -113,3 +113,22 @@ async def test_last_used_is_written_at_most_once_a_minute(gap: float, touches: i
     clock.now = gap
     await store.touch("k1", WHEN)
     assert inner.touches == touches
+
+
+async def test_clear_forgets_every_key_and_a_lookup_begun_before_it() -> None:
+    """The config watcher clears the cache when keys change on any replica: a lookup
+    that read the database before the change must not be kept afterwards."""
+    inner = CountingStore()
+    store = CachedApiKeyStore(inner, ttl=60, clock=Clock())
+    await store.get("k1")
+    store.clear()
+    await store.get("k1")
+    assert inner.gets == 2
+    inner.release.clear()
+    reading = asyncio.create_task(store.get("nope"))
+    await asyncio.sleep(0)
+    store.clear()  # while that lookup is under way
+    inner.release.set()
+    assert await reading is None
+    await store.get("nope")
+    assert inner.gets == 4  # the answer read before the clear was not kept

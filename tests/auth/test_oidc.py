@@ -113,7 +113,7 @@ async def test_claim_names_can_be_namespaced_or_dotted_paths(
         **{
             "https://ignara.example/tenant": "globex",
             "realm_access": {"roles": ["tenant-admin"]},
-            "scp": ["a", "b"],
+            "scp": ["openid", "usage:read"],
         },
     )
     identity = await verifier.verify_token(sign(keys.rsa, body))
@@ -121,8 +121,42 @@ async def test_claim_names_can_be_namespaced_or_dotted_paths(
     assert (identity.tenant, identity.roles, identity.scopes) == (
         "globex",
         frozenset({"tenant-admin"}),
-        frozenset({"a", "b"}),
+        frozenset({"usage:read"}),  # scopes Ignara does not know are left out
     )
+
+
+MEMBER_SCOPES = frozenset({"inference", "usage:read", "workloads:read", "workloads:write"})
+
+
+@pytest.mark.parametrize(
+    ("scope_claims", "scopes"),
+    [
+        pytest.param({"scope": None}, MEMBER_SCOPES, id="no scope claim: all the roles allow"),
+        pytest.param({"scope": "openid profile"}, MEMBER_SCOPES, id="no Ignara scope named"),
+        pytest.param({"scope": "openid usage:read"}, {"usage:read"}, id="Ignara scopes narrow"),
+        pytest.param({"scope": None, "scp": ["inference"]}, {"inference"}, id="scp when no scope"),
+        pytest.param(
+            {"scope": "usage:read", "scp": ["inference"]}, {"usage:read"}, id="scope first"
+        ),
+        pytest.param(
+            {"scope": "keys:write admin"}, {"keys:write", "admin"}, id="roles checked later"
+        ),
+    ],
+)
+async def test_a_tokens_scopes_narrow_its_roles(
+    verifier: OidcVerifier, keys: SigningKeys, scope_claims: dict[str, Any], scopes: set[str]
+) -> None:
+    identity = await verifier.verify_token(sign(keys.rsa, claims(**scope_claims)))
+    assert identity.scopes == frozenset(scopes)
+
+
+async def test_a_tokens_admin_role_makes_no_platform_admin(
+    verifier: OidcVerifier, keys: SigningKeys
+) -> None:
+    identity = await verifier.verify_token(sign(keys.rsa, claims(roles=["admin"], scope=None)))
+    assert identity.roles == frozenset({"admin"}) and identity.tenant == "acme"
+    assert not identity.is_admin
+    assert identity.scopes == frozenset()  # a tenant's principal: admin allows it nothing
 
 
 async def test_roles_may_be_one_space_separated_string(

@@ -453,7 +453,13 @@ async def test_a_call_cancelled_before_its_answer_gives_its_reservation_back(
 ) -> None:
     """A server stopping (or anything cancelling the handler) mid-call leaks no quota."""
     gateway.upstream.delay = 0.5
-    member = Identity(tenant="alpha", principal="bot", roles=frozenset({"member"}), via="api-key")
+    member = Identity(
+        tenant="alpha",
+        principal="bot",
+        roles=frozenset({"member"}),
+        scopes=frozenset({"inference"}),
+        via="api-key",
+    )
     body = b'{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}'
     service = gateway.services.inference
     call = asyncio.create_task(service.handle(member, CallKind.CHAT, body, {}))

@@ -16,10 +16,17 @@ from gateway.policy import Decision, PolicyEngine
 AUTHZ = "ignara.authz.decision"
 ADMISSION = "ignara/admission/decision"
 
-ALICE = {"id": "alice", "tenant": "acme", "roles": ["member"]}
-AMY = {"id": "amy", "tenant": "acme", "roles": ["tenant-admin"]}
-GARY = {"id": "gary", "tenant": "globex", "roles": ["member"]}
-ROOT = {"id": "root", "roles": ["admin"]}
+MEMBER_SCOPES = ["inference", "usage:read", "workloads:read", "workloads:write"]
+ALICE = {"id": "alice", "tenant": "acme", "roles": ["member"], "scopes": MEMBER_SCOPES}
+AMY = {
+    "id": "amy",
+    "tenant": "acme",
+    "roles": ["tenant-admin"],
+    "scopes": [*MEMBER_SCOPES, "keys:read", "keys:write"],
+}
+GARY = {"id": "gary", "tenant": "globex", "roles": ["member"], "scopes": MEMBER_SCOPES}
+ROOT = {"id": "root", "roles": ["admin"], "scopes": [*AMY["scopes"], "admin"]}
+READER = {"id": "reader", "tenant": "acme", "roles": ["member"], "scopes": ["usage:read"]}
 
 WORKLOAD: dict[str, Any] = {
     "name": "llama-finetune",
@@ -63,16 +70,56 @@ CASES = [
     Case(
         "member cannot create keys",
         AUTHZ,
-        {"principal": ALICE, "action": "keys.create", "resource": {"tenant": "acme"}},
+        {
+            "principal": {**ALICE, "scopes": ["keys:write"]},
+            "action": "keys.create",
+            "resource": {"tenant": "acme", "roles": ["member"], "scopes": ["keys:write"]},
+        },
         allow=False,
         reasons=(
+            'role "member" is not below the caller\'s own (roles [member]): only a platform '
+            "admin may create or revoke such a key",
             'roles [member] do not permit "keys.create"; it needs one of: admin, tenant-admin',
         ),
     ),
     Case(
-        "tenant admin revokes own tenant's key",
+        "tenant admin revokes own tenant's member key",
         AUTHZ,
-        {"principal": AMY, "action": "keys.revoke", "resource": {"tenant": "acme", "id": "k1"}},
+        {
+            "principal": AMY,
+            "action": "keys.revoke",
+            "resource": {"tenant": "acme", "id": "k1", "roles": ["member"]},
+        },
+        allow=True,
+    ),
+    Case(
+        "tenant admin cannot revoke a tenant admin's key",
+        AUTHZ,
+        {
+            "principal": AMY,
+            "action": "keys.revoke",
+            "resource": {"tenant": "acme", "id": "k2", "roles": ["tenant-admin"]},
+        },
+        allow=False,
+        reasons=(
+            'role "tenant-admin" is not below the caller\'s own (roles [tenant-admin]): only '
+            "a platform admin may create or revoke such a key",
+        ),
+    ),
+    Case(
+        "a usage reader cannot submit",
+        AUTHZ,
+        {"principal": READER, "action": "workloads.submit", "resource": {"tenant": "acme"}},
+        allow=False,
+        reasons=(
+            'scopes [usage:read] do not permit "workloads.submit"; it needs scope '
+            '"workloads:write"',
+        ),
+    ),
+    Case(
+        "a usage reader reads usage",
+        AUTHZ,
+        {"principal": READER, "action": "usage.read", "resource": {"tenant": "acme"}},
         allow=True,
     ),
     Case(
@@ -80,7 +127,11 @@ CASES = [
         AUTHZ,
         {"principal": AMY, "action": "admin.tenants.create"},
         allow=False,
-        reasons=('action "admin.tenants.create" needs the admin role',),
+        reasons=(
+            'action "admin.tenants.create" needs the admin role',
+            "scopes [inference, keys:read, keys:write, usage:read, workloads:read, "
+            'workloads:write] do not permit "admin.tenants.create"; it needs scope "admin"',
+        ),
     ),
     Case(
         "admin reaches admin routes",
@@ -99,7 +150,7 @@ CASES = [
         "suspended tenant",
         AUTHZ,
         {
-            "principal": {"id": "ian", "tenant": "initech", "roles": ["member"]},
+            "principal": {**GARY, "id": "ian", "tenant": "initech"},
             "action": "workloads.list",
             "resource": {"tenant": "initech"},
         },

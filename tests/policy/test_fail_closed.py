@@ -23,7 +23,12 @@ from tests.policy.fake_opa_server import FakeOpaServer
 
 AUTHZ = "ignara.authz.decision"
 ALLOWED_INPUT = {
-    "principal": {"id": "alice", "tenant": "acme", "roles": ["member"]},
+    "principal": {
+        "id": "alice",
+        "tenant": "acme",
+        "roles": ["member"],
+        "scopes": ["workloads:read"],
+    },
     "action": "workloads.list",
     "resource": {"tenant": "acme"},
 }

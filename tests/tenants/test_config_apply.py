@@ -95,7 +95,7 @@ async def test_removing_an_idle_queue_deletes_it(database: Database) -> None:
     data["tenants"] = [t for t in data["tenants"] if t["name"] != "platform"]
     async with database.session() as session:
         report = await apply_config(session, parse_config(data), actor="test")
-    assert report.deleted == ["cluster_queue prod-batch"]
+    assert report.deleted == ["cluster_queue prod-batch", "tenant platform"]
 
 
 @pytest.mark.parametrize(
