@@ -253,7 +253,12 @@ class AdminController(Controller):
         async with services.database.session() as session:
             return [_key_out(*record) for record in await list_api_keys(session, None)]
 
-    @delete("/keys/{key_id:str}", operation_id="RevokePlatformKey", status_code=200)
+    @delete(
+        "/keys/{key_id:str}",
+        operation_id="RevokePlatformKey",
+        status_code=200,
+        responses=errors(404),
+    )
     async def revoke_platform_key(
         self,
         request: Request[Identity, Any, Any],

@@ -47,7 +47,14 @@ CHECKS = [
 EXAMPLES = 6  # per operation, key and mode
 # Operations that change what the others read run last: a random config or model
 # could remove the tenant or point a model at a host that is not there.
-LAST = ("RevokeApiKey", "DeleteModel", "PutModel", "ApplyConfig")
+LAST = (
+    "RevokeApiKey",
+    "RevokePlatformKey",
+    "DeleteModel",
+    "PutModel",
+    "ApplyConfig",
+    "DeleteTenant",
+)
 
 
 @contextmanager
