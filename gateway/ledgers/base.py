@@ -107,7 +107,12 @@ class Ledger(Protocol):
         ...
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
-        """The most the queue could ever get (for ``x-ratelimit-limit-*``)."""
+        """The most the queue could ever get: its nominal quota plus what it may borrow
+        along its path (for ``x-ratelimit-limit-*``)."""
+        ...
+
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        """The queue's own nominal quota (0 without a quota entry)."""
         ...
 
     def covers(self, queue: str, flavor: str, resource: str) -> bool:

@@ -86,6 +86,12 @@ class MemoryLedger:
             raise UnknownQueueError(queue)
         return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
 
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        node = self._ledger.state.queues.get(queue)
+        if node is None:
+            raise UnknownQueueError(queue)
+        return to_units(node.quota(FlavorResource(flavor, resource)).nominal)
+
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
         node = self._ledger.state.queues.get(queue)
         return node is not None and FlavorResource(flavor, resource) in node.quotas

@@ -217,6 +217,9 @@ class RedisLedger:
         node = self._queue(queue)
         return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
 
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        return to_units(self._queue(queue).quota(FlavorResource(flavor, resource)).nominal)
+
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
         node = self._state.queues.get(queue)
         return node is not None and FlavorResource(flavor, resource) in node.quotas
