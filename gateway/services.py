@@ -26,6 +26,7 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
+from gateway.usage.budgets import SpentBudgets, spent_budgets
 from quota.model import QuotaConfig
 from tenants import Database
 from tenants.models import Tenant
@@ -57,6 +58,9 @@ class Services:
     backends: dict[str, Backend] = field(default_factory=dict)
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
+    # What the queues had spent of their budgets before this process started, read
+    # once from the usage records for an in-process ledger (gateway.usage.budgets).
+    spent_before_start: SpentBudgets | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -114,6 +118,8 @@ class Services:
             models = await load_models(session)
             inference = await load_inference_settings(session)
             tenants = (await session.exec(select(Tenant))).all()
+            if self.spent_before_start is None and not self.inference.ledger.durable:
+                self.spent_before_start = await spent_budgets(session)
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
         registry = build_registry(models, self.settings.inference.key_env)
         self.inference.catalog = Catalog(
@@ -124,6 +130,11 @@ class Services:
         self.health.registry = registry
         try:
             await self.inference.ledger.update_config(quota)
+            if self.spent_before_start is not None:
+                spent = self.spent_before_start
+                await self.inference.ledger.restore_budgets(
+                    spent.spent, measured_at=spent.measured_at
+                )
         except LedgerUnavailableError as err:
             # The config is stored and served; the shared ledger learns it when it is
             # back: leaving the version unset makes the watcher reload again.
