@@ -148,11 +148,11 @@ def json_tokens(value: Any) -> int:
 
 def _other_fields(body: dict[str, Any], input_field: str) -> int:
     """Every top-level field but the input (counted apart) and the unbilled options."""
-    return sum(
-        json_tokens(value)
-        for name, value in body.items()
-        if name != input_field and name not in UNBILLED_FIELDS
-    )
+    tokens = 0
+    for name, value in body.items():
+        if name not in UNBILLED_FIELDS and name != input_field:
+            tokens += json_tokens(value)
+    return tokens
 
 
 def _chat_tokens(messages: Any) -> int:
@@ -243,7 +243,10 @@ def _completion_tokens(body: dict[str, Any], default: int) -> tuple[int, bool]:
             raise _invalid(f"'{field}' must be an integer from 1 to {MAX_TOKENS_CAP}", field)
         limit, given = value, True
         break
-    return int(limit) * max(_count(body, "n"), _count(body, "best_of")), given
+    choices = _count(body, "n")
+    if "best_of" in body:
+        choices = max(choices, _count(body, "best_of"))
+    return int(limit) * choices, given
 
 
 def _count(body: dict[str, Any], field: str) -> int:

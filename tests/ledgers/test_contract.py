@@ -312,9 +312,7 @@ CASES: dict[str, Case] = {
         [
             Reserve("y", {TPM: 500}),  # earlier, in the same cohort: frees nothing for x
             Reserve("x", {TPM: 150}, at=10),
-            Reserve(
-                "x", {TPM: 1}, at=20, refused_by=("ClusterQueue", "x", TPM), retry_after=50
-            ),
+            Reserve("x", {TPM: 1}, at=20, refused_by=("ClusterQueue", "x", TPM), retry_after=50),
             Reserve("x", {TPM: 1}, at=69, refused_by=("ClusterQueue", "x", TPM), retry_after=1),
             Reserve("x", {TPM: 150}, at=70),
         ]
