@@ -31,13 +31,7 @@ from quota.cache import ClusterState
 from quota.model import QuotaConfig
 from quota.reasons import blocker_for
 from quota.resources import FlavorResource
-from quota.tree import (
-    ResourceNode,
-    add_usage,
-    path_to_root,
-    queue_available,
-    remove_usage,
-)
+from quota.tree import ResourceNode, add_usage, path_to_root, queue_available, remove_usage
 
 __all__ = [
     "BUDGET_RESOURCES",
@@ -316,7 +310,8 @@ class InProcessLedger:
 
 def _available_along(path: list[ResourceNode], fr: FlavorResource, usage: list[int]) -> int:
     """:func:`quota.tree.available` of ``path[0]`` were ``usage[d]`` the usage of
-    ``path[d]`` (the path from a queue to the root)."""
+    ``path[d]`` (the path from a queue to the root): the same arithmetic on usage that
+    is not the tree's (as ``available_along`` in lua/common.lua)."""
     total = path[-1].subtree_quota.get(fr, 0) - usage[-1]
     for depth in range(len(path) - 2, -1, -1):
         node = path[depth]

@@ -21,15 +21,10 @@ from gateway.ledgers.base import (
     to_milli,
     to_units,
 )
-from quota.ledger import (
-    BUDGET_RESOURCES,
-    InProcessLedger,
-    Reservation,
-    period_end,
-)
+from quota.ledger import BUDGET_RESOURCES, InProcessLedger, Reservation, period_end
 from quota.model import QuotaConfig
 from quota.resources import MILLI, FlavorResource
-from quota.tree import potential_available
+from quota.tree import ResourceNode, potential_available
 
 __all__ = ["MemoryLedger"]
 
@@ -81,16 +76,11 @@ class MemoryLedger:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
-        node = self._ledger.state.queues.get(queue)
-        if node is None:
-            raise UnknownQueueError(queue)
+        node = self._queue(queue)
         return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
 
     def nominal(self, queue: str, flavor: str, resource: str) -> int:
-        node = self._ledger.state.queues.get(queue)
-        if node is None:
-            raise UnknownQueueError(queue)
-        return to_units(node.quota(FlavorResource(flavor, resource)).nominal)
+        return to_units(self._queue(queue).quota(FlavorResource(flavor, resource)).nominal)
 
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
         node = self._ledger.state.queues.get(queue)
@@ -144,9 +134,11 @@ class MemoryLedger:
     async def aclose(self) -> None:
         return None
 
-    def _queue(self, queue: str) -> None:
-        if queue not in self._ledger.state.queues:
+    def _queue(self, queue: str) -> ResourceNode:
+        node = self._ledger.state.queues.get(queue)
+        if node is None:
             raise UnknownQueueError(queue)
+        return node
 
     def _sweep(self) -> None:
         if len(self._open) < self._sweep_at:
