@@ -25,6 +25,7 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
+from gateway.usage.budgets import SpentBudgets, spent_budgets
 from quota.model import QuotaConfig
 from tenants import Database
 from tenants.services.api_keys import has_platform_admin
@@ -60,6 +61,9 @@ class Services:
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
     credentials_version: int | None = None
+    # What the queues had spent of their budgets before this process started, read
+    # once from the usage records for an in-process ledger (gateway.usage.budgets).
+    spent_before_start: SpentBudgets | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -117,6 +121,8 @@ class Services:
             models = await load_models(session)
             inference = await load_inference_settings(session)
             tenants = await live_tenants(session)
+            if self.spent_before_start is None and not self.inference.ledger.durable:
+                self.spent_before_start = await spent_budgets(session)
         # A deleted tenant's keys, cached here, stop at once (the policy drops it too).
         self.api_keys.clear()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
@@ -129,6 +135,11 @@ class Services:
         self.health.registry = registry
         try:
             await self.inference.ledger.update_config(quota)
+            if self.spent_before_start is not None:
+                spent = self.spent_before_start
+                await self.inference.ledger.restore_budgets(
+                    spent.spent, measured_at=spent.measured_at
+                )
         except LedgerUnavailableError as err:
             # The config is stored and served; the shared ledger learns it when it is
             # back: leaving the version unset makes the watcher reload again.

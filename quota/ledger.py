@@ -11,6 +11,11 @@ A call reserves its estimate for every resource at once, over its queue and
 every cohort above it, or nothing; afterwards it reconciles with what it really
 used. Each reservation remembers how much it charged to each node, so a refund
 or an expiry takes back exactly that.
+
+A refusal says when the call would fit if nothing else were reserved meanwhile:
+for a rate, the expiry of the earliest reservations whose charges to the nodes on
+the queue's path free enough there (reservations elsewhere in the tree, or charged
+to nodes that do not bind, do not count); for a budget, the period's end.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ __all__ = [
     "InProcessLedger",
     "Refusal",
     "Reservation",
+    "full_reset_after",
     "period_end",
 ]
 
 RATE_WINDOW_SECONDS = 60.0
 RATE_RESOURCES = frozenset({"tokens-per-minute", "requests-per-minute"})
 BUDGET_RESOURCES = frozenset({"tokens-per-day", "tokens-per-month"})
-# A refusal's retry_after sums at most this many of the earliest reservations before
+# A refusal's retry_after walks at most this many of the earliest reservations before
 # falling back to the window's end: the walk stays cheap when a window is crowded.
 # The Redis ledger walks the same number, so both give the same answers.
 RETRY_WALK_LIMIT = 1000
@@ -63,9 +69,20 @@ def period_end(resource: str, now: float) -> float:
     raise ValueError(f"{resource!r} is not a rate or budget resource")
 
 
+def full_reset_after(resource: str, now: float) -> float:
+    """Seconds until everything reserved by ``now`` stops counting: the window's length
+    for a rate, the rest of the period for a budget. Right after a grant that is when
+    the queue's remaining is back at its limit if nothing more is reserved (the grant's
+    own reservation is the last to go)."""
+    return max(0.0, period_end(resource, now) - now)
+
+
 @dataclass(frozen=True)
 class Refusal:
-    """Why a reservation did not fit: which level, resource and when to retry."""
+    """Why a reservation did not fit: which level, resource and when to retry.
+
+    The resource named is the one that fits last; ``retry_after`` is when every
+    requested resource fits, if nothing else is reserved meanwhile."""
 
     level: str  # ClusterQueue | Cohort
     name: str
@@ -73,8 +90,9 @@ class Refusal:
     flavor: str
     requested: int
     available: int
-    retry_after: float  # seconds until enough of the window has passed
-    # per requested resource, as a grant would report them (for x-ratelimit-* headers)
+    retry_after: float  # seconds until the call fits (the largest of ``reset_after``)
+    # per requested resource: what the queue may take now, and seconds until the call's
+    # amount of it fits (0 if it fits now), for the x-ratelimit-* headers
     remaining: dict[str, int] = field(default_factory=dict)
     reset_after: dict[str, float] = field(default_factory=dict)
 
@@ -103,22 +121,21 @@ class InProcessLedger:
     def reserve(
         self, queue: str, flavor: str, amounts: Mapping[str, int], now: float
     ) -> Reservation | Refusal:
-        """Reserve every amount at once, or none (the first resource that does not fit)."""
+        """Reserve every amount at once, or none."""
         self._expire(now)
         node = self.state.queues[queue]
         free = {r: queue_available(node, FlavorResource(flavor, r)) for r in amounts}
-        for resource, amount in amounts.items():
-            if amount > free[resource]:
-                return self._refusal(node, FlavorResource(flavor, resource), amount, free, now)
-        reservation = Reservation(next(self._ids), queue, flavor, dict(amounts), {})
-        for resource, amount in amounts.items():
-            fr = FlavorResource(flavor, resource)
-            self._charge(reservation, node, fr, amount)
-            expires = period_end(resource, now)
-            reservation.expires[resource] = expires
-            heapq.heappush(self._expiry.setdefault(fr, []), (expires, reservation.id))
-        self._live[reservation.id] = reservation
-        return reservation
+        if any(amount > free[resource] for resource, amount in amounts.items()):
+            return self._refusal(node, flavor, amounts, free, now)
+        return self._book(node, flavor, amounts, now)
+
+    def charge_spent(
+        self, queue: str, flavor: str, amounts: Mapping[str, int], now: float
+    ) -> Reservation:
+        """Charge what was spent before this ledger knew of it (budgets restored after a
+        restart), even past the quota: it has happened. It ends with the period."""
+        self._expire(now)
+        return self._book(self.state.queues[queue], flavor, amounts, now)
 
     def reconcile(self, reservation: Reservation, actual: Mapping[str, int], now: float) -> None:
         """Replace the estimate by what was used: refund the difference, or charge it
@@ -150,24 +167,14 @@ class InProcessLedger:
         self._expire(now)
         return queue_available(self.state.queues[queue], FlavorResource(flavor, resource))
 
-    def reset_after(self, flavor: str, resource: str, now: float) -> float:
-        """Seconds until what is available of ``resource`` next grows: for a rate, until
-        the earliest live reservation of it expires (0 if none is live); for a budget,
-        until the period ends."""
-        self._expire(now)
-        if resource not in RATE_RESOURCES:
-            return max(0.0, period_end(resource, now) - now)
-        earliest = self._earliest(FlavorResource(flavor, resource))
-        return 0.0 if earliest is None else max(0.0, earliest - now)
-
     def rebuild(self, config: QuotaConfig, now: float) -> None:
         """Adopt a new quota configuration without forgetting what is live.
 
         What expired by ``now`` goes first (so it takes no guaranteed quota from
         the rest); then the tree is built afresh and every live reservation's
         current amounts are charged into it again, oldest first, recording new
-        charges. A reservation whose queue is gone is dropped: nothing could
-        charge or refund it any more.
+        charges. A reservation whose queue is gone is dropped (and its expiry
+        entries with it): nothing could charge or refund it any more.
         """
         self._expire(now)
         self.state = ClusterState.build(config)
@@ -182,8 +189,24 @@ class InProcessLedger:
             for resource in reservation.expires:
                 fr = FlavorResource(reservation.flavor, resource)
                 self._charge(reservation, node, fr, reservation.amounts[resource])
+        for fr, heap in self._expiry.items():
+            heap[:] = [entry for entry in heap if self._counts(entry[1], fr)]
+            heapq.heapify(heap)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _book(
+        self, node: ResourceNode, flavor: str, amounts: Mapping[str, int], now: float
+    ) -> Reservation:
+        reservation = Reservation(next(self._ids), node.name, flavor, dict(amounts), {})
+        for resource, amount in amounts.items():
+            fr = FlavorResource(flavor, resource)
+            self._charge(reservation, node, fr, amount)
+            expires = period_end(resource, now)
+            reservation.expires[resource] = expires
+            heapq.heappush(self._expiry.setdefault(fr, []), (expires, reservation.id))
+        self._live[reservation.id] = reservation
+        return reservation
 
     def _charge(
         self, reservation: Reservation, queue: ResourceNode, fr: FlavorResource, amount: int
@@ -216,50 +239,87 @@ class InProcessLedger:
         if not reservation.expires:
             del self._live[reservation.id]
 
-    def _earliest(self, fr: FlavorResource) -> float | None:
-        """When the earliest live reservation of ``fr`` expires (dropping stale entries)."""
-        heap = self._expiry.get(fr, [])
-        while heap:
-            when, reservation_id = heap[0]
-            reservation = self._live.get(reservation_id)
-            if reservation is not None and fr.resource in reservation.expires:
-                return when
-            heapq.heappop(heap)
-        return None
+    def _counts(self, reservation_id: int, fr: FlavorResource) -> bool:
+        """Whether the reservation still holds some of ``fr`` (its entry is not stale)."""
+        reservation = self._live.get(reservation_id)
+        return reservation is not None and fr.resource in reservation.expires
 
     def _refusal(
         self,
         queue: ResourceNode,
-        fr: FlavorResource,
-        amount: int,
+        flavor: str,
+        amounts: Mapping[str, int],
         free: dict[str, int],
         now: float,
     ) -> Refusal:
-        blocker = blocker_for(queue, fr, amount)
+        """Name the resource that fits last (the first of those that fit equally late)."""
+        waits = {
+            resource: self._time_to_fit(queue, FlavorResource(flavor, resource), amount, now)
+            if amount > free[resource]
+            else 0.0
+            for resource, amount in amounts.items()
+        }
+        resource = max(
+            (r for r, amount in amounts.items() if amount > free[r]), key=waits.__getitem__
+        )
+        fr = FlavorResource(flavor, resource)
+        blocker = blocker_for(queue, fr, amounts[resource])
         return Refusal(
             level=blocker.level.value,
             name=blocker.name,
-            resource=fr.resource,
-            flavor=fr.flavor,
-            requested=amount,
-            available=free[fr.resource],
-            retry_after=self._retry_after(fr, amount - free[fr.resource], now),
+            resource=resource,
+            flavor=flavor,
+            requested=amounts[resource],
+            available=free[resource],
+            retry_after=waits[resource],
             remaining=dict(free),
-            reset_after={r: self.reset_after(fr.flavor, r, now) for r in free},
+            reset_after=waits,
         )
 
-    def _retry_after(self, fr: FlavorResource, short: int, now: float) -> float:
-        """Seconds until reservations holding at least ``short`` of ``fr`` expire.
+    def _time_to_fit(
+        self, queue: ResourceNode, fr: FlavorResource, amount: int, now: float
+    ) -> float:
+        """Seconds until ``amount`` of ``fr`` fits in ``queue`` if nothing else is reserved.
 
-        A budget's reservations all end with the period, so only a rate needs the walk
-        over the earliest :data:`RETRY_WALK_LIMIT` reservations."""
+        For a rate: walk the earliest :data:`RETRY_WALK_LIMIT` live reservations of
+        ``fr`` (of any queue) in expiry order, taking back what each charged to a node
+        on the queue's path, until what the queue may take covers ``amount``. A
+        reservation elsewhere in the tree changes nothing here, and one in the same
+        cohort frees only what it charged to the shared nodes. Past the walk (or for a
+        budget) it is the window's or the period's end, when everything held now is gone.
+        """
         if fr.resource in RATE_RESOURCES:
-            freed = 0
+            path = path_to_root(queue)
+            depth_of = {id(node): depth for depth, node in enumerate(path)}
+            usage = [node.usage.get(fr, 0) for node in path]
             for when, reservation_id in heapq.nsmallest(RETRY_WALK_LIMIT, self._expiry.get(fr, [])):
                 reservation = self._live.get(reservation_id)
                 if reservation is None or fr.resource not in reservation.expires:
                     continue
-                freed += reservation.amounts[fr.resource]
-                if freed >= short:
+                freed = False
+                for depth, node in enumerate(path_to_root(self.state.queues[reservation.queue])):
+                    charged = reservation.charges.get((depth, fr.resource), 0)
+                    at = depth_of.get(id(node))
+                    if charged and at is not None:
+                        usage[at] -= charged
+                        freed = True
+                if freed and _available_along(path, fr, usage) >= amount:
                     return max(0.0, when - now)
-        return max(0.0, period_end(fr.resource, now) - now)
+        return full_reset_after(fr.resource, now)
+
+
+def _available_along(path: list[ResourceNode], fr: FlavorResource, usage: list[int]) -> int:
+    """:func:`quota.tree.available` of ``path[0]`` were ``usage[d]`` the usage of
+    ``path[d]`` (the path from a queue to the root): the same arithmetic on usage that
+    is not the tree's (as ``available_along`` in lua/common.lua)."""
+    total = path[-1].subtree_quota.get(fr, 0) - usage[-1]
+    for depth in range(len(path) - 2, -1, -1):
+        node = path[depth]
+        used = usage[depth]
+        guaranteed = node.guaranteed.get(fr, 0)
+        quota = node.quotas.get(fr)
+        if quota is not None and quota.borrowing_limit is not None:
+            stored_in_parent = node.subtree_quota.get(fr, 0) - guaranteed
+            total = min(total, stored_in_parent - max(0, used - guaranteed) + quota.borrowing_limit)
+        total += max(0, guaranteed - used)
+    return total

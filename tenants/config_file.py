@@ -75,6 +75,9 @@ class QueueWaitDoc(msgspec.Struct, forbid_unknown_fields=True):
 class InferenceDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     # The completion tokens reserved when a call names no max_tokens.
     default_max_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024
+    # The most one call may reserve (its estimate: input + max_tokens x n); a larger
+    # call is refused with a 400 before it reaches the quota.
+    max_call_tokens: Annotated[int, Meta(ge=1, le=1_000_000_000)] = 1_000_000
     waiting: list[QueueWaitDoc] = []
 
 

@@ -1,6 +1,8 @@
 """What the ``/v1`` routes read on every call, rebuilt whenever the config moves:
-the model registry, each tenant's queues, the inference settings, and the policy
-decisions already taken under this config (the policies' data changes only with it)."""
+the model registry, each tenant's queues, the inference settings, and what was
+already worked out under this config: the policy decisions (the policies' data
+changes only with it) and each queue's limits and static headers (the quota tree's
+does too: the ledger takes the new config together with a new catalog)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from gateway.inference.errors import RegistryError
+from gateway.inference.ratelimits import QueueQuota
 from gateway.inference.registry import ModelRegistry, ModelRoute
 from gateway.policy import Decision
 from gateway.settings import UpstreamKeyRule
@@ -29,6 +32,8 @@ class Catalog:
     # Decisions keyed by everything the policy input holds; only the policy's own
     # answers are kept (an engine failure is asked again next time).
     decisions: dict[tuple[object, ...], Decision] = field(default_factory=dict)
+    # (queue, flavor) -> its quota, for queues that exist and the policy let a call spend
+    quotas: dict[tuple[str, str], QueueQuota] = field(default_factory=dict)
     max_wait: dict[str, float] = field(init=False)  # queue -> seconds a call may wait
 
     def __post_init__(self) -> None:

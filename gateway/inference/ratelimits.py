@@ -3,27 +3,38 @@
 OpenAI's headers speak of requests and tokens per minute; a queue may limit tokens
 per day or month instead, and then the tokens headers report the budget that
 binds (the first of per-minute, per-day, per-month the queue limits).
+
+The headers describe the cluster queue the call is charged to, with what it may
+borrow through its cohorts: ``x-ratelimit-limit-*`` is the most it could ever get
+(nominal quota plus borrowable), ``x-ratelimit-remaining-*`` what it may take now
+(borrowing included). ``x-ignara-ratelimit-scope`` says so (``cluster-queue <name>,
+with borrowing``), ``x-ignara-ratelimit-tokens-resource`` names the resource the
+tokens headers describe and ``x-ignara-ratelimit-nominal-*`` give the queue's own
+nominal quota. ``x-ratelimit-reset-*`` is, after a grant, when everything reserved
+so far has gone (the window, or the budget's period end); on a refusal, when this
+call's amount will fit if nothing else is reserved meanwhile (``Retry-After``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gateway.ledgers import Grant, Ledger, Refusal
 
 __all__ = [
     "INFERENCE_RESOURCES",
+    "QueueQuota",
     "amounts_for",
     "format_reset",
-    "grant_headers",
-    "refusal_headers",
     "refusal_message",
 ]
 
 REQUESTS = "requests-per-minute"
 TOKEN_RESOURCES = ("tokens-per-minute", "tokens-per-day", "tokens-per-month")
 INFERENCE_RESOURCES = (REQUESTS, *TOKEN_RESOURCES)
+SCOPE_HEADER = "x-ignara-ratelimit-scope"
 
 
 def amounts_for(resources: Iterable[str], tokens: int) -> dict[str, int]:
@@ -31,34 +42,60 @@ def amounts_for(resources: Iterable[str], tokens: int) -> dict[str, int]:
     return {resource: 1 if resource == REQUESTS else tokens for resource in resources}
 
 
-def grant_headers(ledger: Ledger, grant: Grant) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    tokens = _token_resource(grant.amounts)
-    for kind, resource in (("requests", REQUESTS), ("tokens", tokens)):
-        if resource is None or resource not in grant.amounts:
-            continue
-        headers[f"x-ratelimit-limit-{kind}"] = str(
-            ledger.limit(grant.queue, grant.flavor, resource)
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """What a queue limits of a flavor's inference resources, and the headers that
+    depend on the config alone (built once per config, see :meth:`of`)."""
+
+    queue: str
+    flavor: str
+    resources: tuple[str, ...]
+    limits: dict[str, int]  # per resource: the most the queue could ever get
+    # (x-ratelimit kind, resource) for the requests and the tokens headers
+    reported: tuple[tuple[str, str], ...]
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, ledger: Ledger, queue: str, flavor: str) -> QueueQuota:
+        resources = tuple(r for r in INFERENCE_RESOURCES if ledger.covers(queue, flavor, r))
+        limits = {r: ledger.limit(queue, flavor, r) for r in resources}
+        tokens = next((r for r in TOKEN_RESOURCES if r in limits), None)
+        reported = tuple(
+            (kind, resource)
+            for kind, resource in (("requests", REQUESTS), ("tokens", tokens))
+            if resource is not None and resource in limits
         )
-        headers[f"x-ratelimit-remaining-{kind}"] = str(grant.remaining.get(resource, 0))
-        headers[f"x-ratelimit-reset-{kind}"] = format_reset(grant.reset_after.get(resource, 0.0))
-    return headers
+        headers = {SCOPE_HEADER: f"cluster-queue {queue}, with borrowing"}
+        if tokens is not None:
+            headers["x-ignara-ratelimit-tokens-resource"] = tokens
+        for kind, resource in reported:
+            headers[f"x-ratelimit-limit-{kind}"] = str(limits[resource])
+            headers[f"x-ignara-ratelimit-nominal-{kind}"] = str(
+                ledger.nominal(queue, flavor, resource)
+            )
+        return cls(queue, flavor, resources, limits, reported, headers)
 
+    def grant_headers(self, grant: Grant, *, given_back: bool = False) -> dict[str, str]:
+        """The headers of an answer to an admitted call; ``given_back``: its whole
+        reservation went back (the call failed), so remaining counts it again."""
+        headers = dict(self.headers)
+        for kind, resource in self.reported:
+            remaining = grant.remaining.get(resource, 0)
+            if given_back:
+                remaining = min(self.limits[resource], remaining + grant.amounts[resource])
+            headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
+            headers[f"x-ratelimit-reset-{kind}"] = format_reset(grant.reset_after[resource])
+        return headers
 
-def refusal_headers(
-    ledger: Ledger, queue: str, amounts: dict[str, int], refusal: Refusal
-) -> dict[str, str]:
-    """The refused resource's headers, the limits of the other, and ``Retry-After``."""
-    headers = {"retry-after": str(max(1, math.ceil(refusal.retry_after)))}
-    tokens = _token_resource(amounts)
-    for kind, resource in (("requests", REQUESTS), ("tokens", tokens)):
-        if resource is None or resource not in amounts:
-            continue
-        headers[f"x-ratelimit-limit-{kind}"] = str(ledger.limit(queue, refusal.flavor, resource))
-        if resource == refusal.resource:
-            headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, refusal.available))
-            headers[f"x-ratelimit-reset-{kind}"] = format_reset(refusal.retry_after)
-    return headers
+    def refusal_headers(self, refusal: Refusal) -> dict[str, str]:
+        headers = dict(self.headers)
+        headers["retry-after"] = str(max(1, math.ceil(refusal.retry_after)))
+        for kind, resource in self.reported:
+            headers[f"x-ratelimit-remaining-{kind}"] = str(refusal.remaining.get(resource, 0))
+            headers[f"x-ratelimit-reset-{kind}"] = format_reset(
+                refusal.reset_after.get(resource, 0.0)
+            )
+        return headers
 
 
 def refusal_message(queue: str, refusal: Refusal) -> str:
@@ -82,8 +119,3 @@ def format_reset(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s"
     return f"{secs}s"
-
-
-def _token_resource(amounts: Iterable[str]) -> str | None:
-    present = set(amounts)
-    return next((resource for resource in TOKEN_RESOURCES if resource in present), None)

@@ -1,14 +1,19 @@
 """The rules of one inference call, in the order they apply:
 
 1. The caller may call models at all (authorization policy, ``inference.call``).
-2. The body is checked and its tokens estimated (:mod:`gateway.inference.calls`).
+2. The body is checked and its tokens estimated (:mod:`gateway.inference.calls`),
+   and so is ``X-Ignara-Priority``; an estimate over the config's
+   ``inference.max_call_tokens`` is a 400.
 3. The model exists and is open to the tenant, through the queue it spends
    (inference policy); the queue is the caller's ``X-Ignara-Queue`` or the first of
-   the tenant's queues that holds token quota for the model's flavor.
+   the tenant's queues that holds token quota for the model's flavor. A call that
+   needs more than the queue could ever get (its nominal quota plus what it may
+   borrow) is a 400: no wait would help.
 4. The estimate is reserved over the queue and every cohort above it, in one step;
    a refusal is a 429 (or, on a queue configured to wait, a place in line).
 5. The call is forwarded; a failure before the response started is a 502/504 and
-   the reservation is given back.
+   the reservation is given back. Every answer from here on carries the
+   ``x-ratelimit-*`` headers (:mod:`gateway.inference.ratelimits`).
 6. After the response (or the stream) ends, the reservation is reconciled with
    the upstream's usage, and a usage record is queued for SQL.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -29,14 +34,9 @@ from gateway.authorization import principal_of
 from gateway.inference.calls import Call, CallKind, estimate_text_tokens, parse_call
 from gateway.inference.catalog import Catalog
 from gateway.inference.errors import UpstreamError
+from gateway.inference.limits import check_call_size, check_fits
 from gateway.inference.problems import InferenceError
-from gateway.inference.ratelimits import (
-    INFERENCE_RESOURCES,
-    amounts_for,
-    grant_headers,
-    refusal_headers,
-    refusal_message,
-)
+from gateway.inference.ratelimits import REQUESTS, QueueQuota, amounts_for, refusal_message
 from gateway.inference.registry import ModelRoute
 from gateway.inference.sse import StreamAccountant, error_event
 from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
@@ -94,9 +94,16 @@ class _Context:
     identity: Identity
     call: Call
     route: ModelRoute
-    queue: str
+    quota: QueueQuota
     grant: Grant
     started: float
+
+    @property
+    def queue(self) -> str:
+        return self.quota.queue
+
+    def headers(self, *, given_back: bool = False) -> dict[str, str]:
+        return self.quota.grant_headers(self.grant, given_back=given_back)
 
 
 class InferenceService:
@@ -108,12 +115,14 @@ class InferenceService:
         policy: PolicyEngine,
         recorder: UsageRecorder,
         catalog: Catalog | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self.client = client
         self.policy = policy
         self.recorder = recorder
         self.catalog = catalog or Catalog()
+        self.clock = clock  # the ledger's time (tests set it)
         self.waiting = WaitLine()
         self._settling: set[asyncio.Task[None]] = set()
 
@@ -125,8 +134,8 @@ class InferenceService:
         catalog = self.catalog
         names = []
         for route in catalog.registry.routes():
-            queue, _ = self._queue_for(catalog, identity.tenant, route.flavor, None)
-            if (await self._admit(identity, route, queue)).allow:
+            quota = self._queue_for(catalog, identity.tenant, route.flavor, None)
+            if (await self._admit(identity, route, quota.queue)).allow:
                 names.append(route.model)
         return names
 
@@ -136,10 +145,13 @@ class InferenceService:
         started = time.monotonic()
         await self._authorize(identity, "inference.call")  # 1
         catalog = self.catalog
-        call = parse_call(kind, raw, catalog.settings.default_max_tokens)  # 2
-        route, queue, resources = await self._place(catalog, identity, call, headers)  # 3
-        grant = await self._reserve(catalog, queue, route.flavor, resources, call, headers)  # 4
-        context = _Context(identity, call, route, queue, grant, started)
+        priority = _priority(headers.get(PRIORITY_HEADER))  # 2
+        call = parse_call(kind, raw, catalog.settings.default_max_tokens)
+        check_call_size(call, catalog.settings)
+        route, quota = await self._place(catalog, identity, call, headers)  # 3
+        check_fits(call, quota, catalog.settings)
+        grant = await self._reserve(catalog, quota, call, priority)  # 4
+        context = _Context(identity, call, route, quota, grant, started)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
         except asyncio.CancelledError:
@@ -156,7 +168,7 @@ class InferenceService:
             )
         except UpstreamError as err:
             await self._give_back(context, err.http_status)
-            raise _upstream_problem(err) from None
+            raise _upstream_problem(err, context) from None
         if response.chunks is not None:
             return await self._stream(context, response, response.chunks)
         return await self._whole(context, response)
@@ -186,45 +198,52 @@ class InferenceService:
 
     async def _place(
         self, catalog: Catalog, identity: Identity, call: Call, headers: Mapping[str, str]
-    ) -> tuple[ModelRoute, str, list[str]]:
+    ) -> tuple[ModelRoute, QueueQuota]:
         route = catalog.route(call.model)
         if route is None:
             raise _no_such_model(call.model)
         asked = headers.get(QUEUE_HEADER)
-        queue, resources = self._queue_for(catalog, identity.tenant, route.flavor, asked)
-        decision = await self._admit(identity, route, queue)
+        quota = self._queue_for(catalog, identity.tenant, route.flavor, asked)
+        decision = await self._admit(identity, route, quota.queue)
         if not decision.allow:
             if any(_closes_model(reason, route) for reason in decision.reasons):
                 raise _no_such_model(call.model)  # as OpenAI: never confirm it exists
             raise InferenceError(
                 403, "permission_error", "; ".join(decision.reasons), code="policy_denied"
             )
-        if not resources:
+        if not quota.resources:
             raise InferenceError(
                 403,
                 "permission_error",
-                f"queue {queue!r} holds no token quota for flavor {route.flavor!r} "
+                f"queue {quota.queue!r} holds no token quota for flavor {route.flavor!r} "
                 f"of model {call.model!r}",
                 code="no_quota",
             )
-        return route, queue, resources
+        return route, quota
 
     def _queue_for(
         self, catalog: Catalog, tenant: str, flavor: str, asked: str | None
-    ) -> tuple[str, list[str]]:
+    ) -> QueueQuota:
         """The queue asked for (the policy says whether it is the tenant's), else the
         first of the tenant's queues with token quota for the flavor, else its first;
         with the inference resources that queue limits for the flavor."""
         if asked is not None:
-            return asked[:63], self._limits(asked[:63], flavor)
+            return self._quota(catalog, asked[:63], flavor)
         queues = catalog.tenant_queues.get(tenant, ())
         for queue in queues:
-            if resources := self._limits(queue, flavor):
-                return queue, resources
-        return (queues[0] if queues else ""), []
+            if (quota := self._quota(catalog, queue, flavor)).resources:
+                return quota
+        return self._quota(catalog, queues[0] if queues else "", flavor)
 
-    def _limits(self, queue: str, flavor: str) -> list[str]:
-        return [r for r in INFERENCE_RESOURCES if self.ledger.covers(queue, flavor, r)]
+    def _quota(self, catalog: Catalog, queue: str, flavor: str) -> QueueQuota:
+        """The queue's quota for the flavor, kept for the config's life if it has any
+        (names that are no queue, from a header, are not kept)."""
+        quota = catalog.quotas.get((queue, flavor))
+        if quota is None:
+            quota = QueueQuota.of(self.ledger, queue, flavor)
+            if quota.resources:
+                catalog.quotas[(queue, flavor)] = quota
+        return quota
 
     async def _admit(self, identity: Identity, route: ModelRoute, queue: str) -> Decision:
         return await self._decide(
@@ -248,25 +267,22 @@ class InferenceService:
     # -- 4: quota ----------------------------------------------------------------------
 
     async def _reserve(
-        self,
-        catalog: Catalog,
-        queue: str,
-        flavor: str,
-        resources: list[str],
-        call: Call,
-        headers: Mapping[str, str],
+        self, catalog: Catalog, quota: QueueQuota, call: Call, priority: int
     ) -> Grant:
-        amounts = amounts_for(resources, call.estimate)
+        queue, flavor = quota.queue, quota.flavor
+        amounts = amounts_for(quota.resources, call.estimate)
         max_wait = catalog.max_wait.get(queue)
+
+        def attempt() -> Awaitable[Grant | Refusal]:
+            return self.ledger.reserve(queue, flavor, amounts, now=self.clock())
+
         try:
             if max_wait is not None and self.waiting.waiting(queue, flavor):
-                result: Grant | Refusal = await self._wait(
-                    queue, flavor, amounts, max_wait, headers
-                )
+                result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
             else:
-                result = await self.ledger.reserve(queue, flavor, amounts)
+                result = await attempt()
                 if isinstance(result, Refusal) and max_wait is not None:
-                    result = await self._wait(queue, flavor, amounts, max_wait, headers)
+                    result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
         except LedgerUnavailableError as err:
             # Fail closed: without the shared ledger no quota can be checked.
             log.error("the token ledger is unavailable: %s", err)
@@ -280,10 +296,10 @@ class InferenceService:
         if isinstance(result, Refusal):
             raise InferenceError(
                 429,
-                "requests" if result.resource == "requests-per-minute" else "tokens",  # as OpenAI
+                "requests" if result.resource == REQUESTS else "tokens",  # as OpenAI
                 refusal_message(queue, result),
                 code="rate_limit_exceeded",
-                headers=refusal_headers(self.ledger, queue, amounts, result),
+                headers=quota.refusal_headers(result),
                 detail={
                     "level": result.level,
                     "name": result.name,
@@ -297,26 +313,14 @@ class InferenceService:
             )
         return result
 
-    async def _wait(
-        self,
-        queue: str,
-        flavor: str,
-        amounts: dict[str, int],
-        max_wait: float,
-        headers: Mapping[str, str],
-    ) -> Grant | Refusal:
-        priority = _priority(headers.get(PRIORITY_HEADER))
-        return await self.waiting.wait(
-            queue, flavor, priority, max_wait, lambda: self.ledger.reserve(queue, flavor, amounts)
-        )
-
     # -- 5 and 6: the answer and its accounting ---------------------------------------------
 
     async def _whole(self, context: _Context, response: UpstreamResponse) -> Answer:
         body = response.body or b""
         if response.status >= 400:
             await self._give_back(context, response.status, response.endpoint.base_url)
-            return Answer(response.status, body, _answer_headers(response), _media(response))
+            headers = {**_answer_headers(response), **context.headers(given_back=True)}
+            return Answer(response.status, body, headers, _media(response))
         try:
             document = _decoder.decode(body)
         except msgspec.DecodeError:
@@ -328,12 +332,13 @@ class InferenceService:
                 "api_error",
                 f"the upstream for model {context.call.model!r} sent a malformed response",
                 code="upstream_malformed",
+                headers=context.headers(given_back=True),
             )
         prompt, completion = _usage_of(document, context.call)
         # The answer does not wait for the accounting: one round trip less per call.
         outcome = _Outcome(prompt, completion, response.status, response.endpoint.base_url)
         self._settle_later(context, outcome)
-        headers = {**_answer_headers(response), **grant_headers(self.ledger, context.grant)}
+        headers = {**_answer_headers(response), **context.headers()}
         return Answer(response.status, body, headers, _media(response))
 
     async def _stream(
@@ -344,8 +349,8 @@ class InferenceService:
             first = await anext(chunks, b"")
         except UpstreamError as err:
             await self._give_back(context, err.http_status, endpoint)
-            raise _upstream_problem(err) from None
-        headers = {**_answer_headers(response), **grant_headers(self.ledger, context.grant)}
+            raise _upstream_problem(err, context) from None
+        headers = {**_answer_headers(response), **context.headers()}
         return StreamAnswer(response.status, self._relay(context, first, chunks, endpoint), headers)
 
     async def _relay(
@@ -389,7 +394,7 @@ class InferenceService:
         grant = context.grant
         used = outcome.prompt + outcome.completion
         try:
-            await self.ledger.reconcile(grant, amounts_for(grant.amounts, used))
+            await self.ledger.reconcile(grant, amounts_for(grant.amounts, used), now=self.clock())
         except LedgerUnavailableError as err:  # it expires with its window instead
             log.error("cannot reconcile reservation %s: %s", grant.id, err)
         if used < context.call.estimate:
@@ -399,7 +404,7 @@ class InferenceService:
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
         """The call produced nothing: the whole reservation goes back."""
         try:
-            await self.ledger.release(context.grant)
+            await self.ledger.release(context.grant, now=self.clock())
         except LedgerUnavailableError as err:
             log.error("cannot release reservation %s: %s", context.grant.id, err)
         self.waiting.notify(context.queue, context.grant.flavor)
@@ -466,12 +471,15 @@ def _priority(raw: str | None) -> int:
     try:
         value = int(raw)
     except ValueError:
+        value = None
+    if value is None or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
         raise InferenceError(
             400,
             "invalid_request_error",
             f"{PRIORITY_HEADER} must be an integer from {-MAX_PRIORITY} to {MAX_PRIORITY}",
-        ) from None
-    return max(-MAX_PRIORITY, min(MAX_PRIORITY, value))
+            code="invalid_priority",
+        )
+    return value
 
 
 def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
@@ -508,5 +516,11 @@ def _no_such_model(model: str) -> InferenceError:
     )
 
 
-def _upstream_problem(err: UpstreamError) -> InferenceError:
-    return InferenceError(err.http_status, "api_error", err.message, code=err.code)
+def _upstream_problem(err: UpstreamError, context: _Context) -> InferenceError:
+    return InferenceError(
+        err.http_status,
+        "api_error",
+        err.message,
+        code=err.code,
+        headers=context.headers(given_back=True),
+    )

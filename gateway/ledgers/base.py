@@ -69,8 +69,8 @@ class Grant:
     flavor: str
     amounts: dict[str, int]  # what was reserved, per resource
     remaining: dict[str, int]  # per resource: what the queue may still take (>= 0)
-    # per resource: seconds until ``remaining`` next grows (a rate: the earliest live
-    # reservation of that flavor-resource expires; a budget: the period ends), >= 0
+    # per resource: seconds until ``remaining`` is back at the limit if nothing more is
+    # reserved (quota.ledger.full_reset_after: a rate's window, a budget's period end)
     reset_after: dict[str, float]
 
 
@@ -107,7 +107,12 @@ class Ledger(Protocol):
         ...
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
-        """The most the queue could ever get (for ``x-ratelimit-limit-*``)."""
+        """The most the queue could ever get: its nominal quota plus what it may borrow
+        along its path (for ``x-ratelimit-limit-*``)."""
+        ...
+
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        """The queue's own nominal quota (0 without a quota entry)."""
         ...
 
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
@@ -128,6 +133,23 @@ class Ledger(Protocol):
     async def ping(self) -> None:
         """Raise :class:`LedgerUnavailableError` unless the ledger's store answers (the
         in-process ledger always does)."""
+        ...
+
+    @property
+    def durable(self) -> bool:
+        """Whether budgets outlive this process (kept in a shared store)."""
+        ...
+
+    async def restore_budgets(
+        self,
+        spent: Mapping[tuple[str, str, str], int],
+        *,
+        measured_at: float,
+        now: float | None = None,
+    ) -> None:
+        """Charge budgets with what was spent before this ledger started, per (queue,
+        flavor, budget resource) in the periods ``measured_at`` was in, replacing what
+        an earlier call restored; a no-op for a :attr:`durable` ledger."""
         ...
 
     async def aclose(self) -> None: ...

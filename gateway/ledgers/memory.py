@@ -1,8 +1,9 @@
 """The in-process ledger behind the async interface (one replica, one event loop).
 
 All the arithmetic is :class:`quota.ledger.InProcessLedger`'s; this adds whole
-units, the grant's ``remaining``/``reset_after`` and settle-once. No locks: every
-method runs to completion without awaiting, so calls never interleave.
+units, the grant's ``remaining``/``reset_after``, settle-once, and budgets restored
+from what was spent before a restart. No locks: every method runs to completion
+without awaiting, so calls never interleave.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from gateway.ledgers.base import (
     to_milli,
     to_units,
 )
-from quota.ledger import InProcessLedger, Reservation
+from quota.ledger import BUDGET_RESOURCES, InProcessLedger, Reservation, period_end
 from quota.model import QuotaConfig
-from quota.resources import FlavorResource
-from quota.tree import potential_available
+from quota.resources import MILLI, FlavorResource
+from quota.tree import ResourceNode, potential_available
 
 __all__ = ["MemoryLedger"]
 
@@ -39,6 +40,7 @@ class MemoryLedger:
         # doubles, so unsettled grants (a crashed call) cannot pile up.
         self._open: dict[str, Reservation] = {}
         self._sweep_at = _FIRST_SWEEP
+        self._restored: list[Reservation] = []  # what restore_budgets charged
 
     async def reserve(
         self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
@@ -58,7 +60,8 @@ class MemoryLedger:
             flavor=flavor,
             amounts=dict(amounts),
             remaining={r: to_units(self._ledger.available(queue, flavor, r, at)) for r in amounts},
-            reset_after={r: self._ledger.reset_after(flavor, r, at) for r in amounts},
+            # its own reservation is the last to expire (quota.ledger.full_reset_after)
+            reset_after={r: result.expires[r] - at for r in amounts},
         )
 
     async def reconcile(
@@ -73,10 +76,11 @@ class MemoryLedger:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
-        node = self._ledger.state.queues.get(queue)
-        if node is None:
-            raise UnknownQueueError(queue)
+        node = self._queue(queue)
         return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
+
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        return to_units(self._queue(queue).quota(FlavorResource(flavor, resource)).nominal)
 
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
         node = self._ledger.state.queues.get(queue)
@@ -99,12 +103,45 @@ class MemoryLedger:
     async def ping(self) -> None:
         return None
 
+    @property
+    def durable(self) -> bool:
+        return False
+
+    async def restore_budgets(
+        self,
+        spent: Mapping[tuple[str, str, str], int],
+        *,
+        measured_at: float,
+        now: float | None = None,
+    ) -> None:
+        """Charge what each (queue, flavor, budget resource) had spent in the period
+        ``measured_at`` was in, replacing what an earlier call restored. A budget whose
+        period has ended since, a queue gone from the configuration and a budget the
+        queue does not have are left out."""
+        at = clock(now)
+        for reservation in self._restored:
+            self._ledger.reconcile(reservation, dict.fromkeys(reservation.amounts, 0), at)
+        self._restored = []
+        per_call: dict[tuple[str, str], dict[str, int]] = {}
+        for (queue, flavor, resource), tokens in spent.items():
+            if (
+                tokens > 0
+                and resource in BUDGET_RESOURCES
+                and period_end(resource, measured_at) == period_end(resource, at)
+                and self.covers(queue, flavor, resource)
+            ):
+                per_call.setdefault((queue, flavor), {})[resource] = tokens * MILLI
+        for (queue, flavor), amounts in per_call.items():
+            self._restored.append(self._ledger.charge_spent(queue, flavor, amounts, at))
+
     async def aclose(self) -> None:
         return None
 
-    def _queue(self, queue: str) -> None:
-        if queue not in self._ledger.state.queues:
+    def _queue(self, queue: str) -> ResourceNode:
+        node = self._ledger.state.queues.get(queue)
+        if node is None:
             raise UnknownQueueError(queue)
+        return node
 
     def _sweep(self) -> None:
         if len(self._open) < self._sweep_at:

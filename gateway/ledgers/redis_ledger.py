@@ -98,9 +98,10 @@ class _Path:
     resources: tuple[str, ...]
     static: bytes  # ARGV[1] of reserve.lua and reconcile.lua (JSON, see lua/common.lua)
     # For ``now`` in [since, until): per resource its state and expiry keys, and its
-    # period end (a budget; "" for a rate, whose expiry is now + the window).
+    # period end (a budget; "" and 0.0 for a rate, whose expiry is now + the window).
     keys: tuple[bytes, ...] = ()
     ends: tuple[str, ...] = ()
+    end_times: tuple[float, ...] = ()
     since: float = math.inf
     until: float = -math.inf
 
@@ -191,8 +192,13 @@ class RedisLedger:
                     queue=queue,
                     flavor=flavor,
                     amounts=dict(amounts),
-                    remaining=_remaining(resources, reply[2:]),
-                    reset_after=_reset_after(resources, reply[2:]),
+                    remaining={
+                        r: to_units(int(v)) for r, v in zip(resources, reply[2:], strict=True)
+                    },
+                    reset_after={
+                        r: end - at if end else RATE_WINDOW_SECONDS
+                        for r, end in zip(resources, path.end_times, strict=True)
+                    },
                 )
             return self._refusal(flavor, amounts, resources, reply)
         except (LookupError, TypeError, ValueError) as err:
@@ -210,6 +216,9 @@ class RedisLedger:
     def limit(self, queue: str, flavor: str, resource: str) -> int:
         node = self._queue(queue)
         return to_units(max(0, potential_available(node, FlavorResource(flavor, resource))))
+
+    def nominal(self, queue: str, flavor: str, resource: str) -> int:
+        return to_units(self._queue(queue).quota(FlavorResource(flavor, resource)).nominal)
 
     def covers(self, queue: str, flavor: str, resource: str) -> bool:
         node = self._state.queues.get(queue)
@@ -256,6 +265,19 @@ class RedisLedger:
             await self._redis.ping()
         except _STORE_ERRORS as err:
             raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    async def restore_budgets(
+        self,
+        spent: Mapping[tuple[str, str, str], int],
+        *,
+        measured_at: float,
+        now: float | None = None,
+    ) -> None:
+        """Redis keeps the budgets itself: nothing to restore."""
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
@@ -322,18 +344,19 @@ class RedisLedger:
         (less :data:`_PERIOD_EDGE`): periods are intervals and ``period_end`` grows
         with ``now``, so every ``now`` in between is in the same period as ``at``."""
         keys: list[bytes] = []
-        ends: list[str] = []
+        ends: list[float] = []
         since, until = -math.inf, math.inf
         for resource in path.resources:
             if resource in RATE_RESOURCES:
-                end, ends_at = 0.0, ""
+                end = 0.0
             else:
                 end = period_end(resource, at)
-                ends_at = repr(end)
                 since, until = at, min(until, end - _PERIOD_EDGE)
             keys += (key.encode() for key in self._keys(path.flavor, resource, end))
-            ends.append(ends_at)
-        path.keys, path.ends, path.since, path.until = tuple(keys), tuple(ends), since, until
+            ends.append(end)
+        path.keys, path.since, path.until = tuple(keys), since, until
+        path.ends = tuple(repr(end) if end else "" for end in ends)
+        path.end_times = tuple(ends)
 
     def _queue(self, queue: str) -> ResourceNode:
         node = self._state.queues.get(queue)
@@ -368,8 +391,8 @@ class RedisLedger:
             requested=amounts[resource],
             available=to_units(int(reply[4])),
             retry_after=float(reply[5]),
-            remaining=_remaining(resources, reply[6:]),
-            reset_after=_reset_after(resources, reply[6:]),
+            remaining={r: to_units(int(reply[6 + 2 * i])) for i, r in enumerate(resources)},
+            reset_after={r: float(reply[7 + 2 * i]) for i, r in enumerate(resources)},
         )
 
 
@@ -425,11 +448,3 @@ def _is_token_resource(resource: str) -> bool:
 
 def _kind(resource: str) -> str:
     return "r" if resource in RATE_RESOURCES else "b"
-
-
-def _remaining(resources: tuple[str, ...], levels: list[Any]) -> dict[str, int]:
-    return {r: to_units(int(levels[2 * i])) for i, r in enumerate(resources)}
-
-
-def _reset_after(resources: tuple[str, ...], levels: list[Any]) -> dict[str, float]:
-    return {r: float(levels[2 * i + 1]) for i, r in enumerate(resources)}

@@ -21,7 +21,7 @@ from sqlmodel.sql.expression import Select
 from tenants.models import UsageRecordRow
 from tenants.models._base import utcnow
 
-__all__ = ["UsageDay", "UsageRecord", "insert_usage", "usage_summary"]
+__all__ = ["QueueSpend", "UsageDay", "UsageRecord", "insert_usage", "queue_spend", "usage_summary"]
 
 _MAX_INT = 2**31 - 1  # the INTEGER columns
 
@@ -56,6 +56,16 @@ class UsageDay:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpend:
+    """The tokens one queue spent on one flavor on a UTC day and in its month."""
+
+    queue: str
+    flavor: str
+    day: int
+    month: int
 
 
 # Each text column's length.
@@ -142,3 +152,21 @@ async def usage_summary(
         UsageDay(d, m, int(requests), int(errors), int(p), int(c), int(total))
         for d, m, requests, errors, p, c, total in rows
     ]
+
+
+async def queue_spend(session: AsyncSession, day: date) -> list[QueueSpend]:
+    """Tokens (prompt + completion) each queue spent per flavor on the UTC ``day`` and
+    in its month up to that day, as the records written so far tell."""
+    start = day.replace(day=1)
+    on, queue, flavor = (
+        col(UsageRecordRow.day),
+        col(UsageRecordRow.queue),
+        col(UsageRecordRow.flavor),
+    )
+    tokens = col(UsageRecordRow.prompt_tokens) + col(UsageRecordRow.completion_tokens)
+    columns: Select[str, str, int, int] = Select(
+        queue, flavor, func.sum(case((on == day, tokens), else_=0)), func.sum(tokens)
+    )
+    query = columns.where(on >= start, on <= day).group_by(queue, flavor)
+    rows = (await session.exec(query)).all()
+    return [QueueSpend(q, f, int(today or 0), int(month or 0)) for q, f, today, month in rows]

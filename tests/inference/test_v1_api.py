@@ -47,6 +47,26 @@ def token_queue(name: str, tokens: int, requests: int = 1000) -> dict[str, Any]:
     }
 
 
+def budget_queue(name: str, tokens_per_day: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "cohort": "org",
+        "resource_groups": [
+            {
+                "resources": ["tokens-per-day"],
+                "flavors": [
+                    {
+                        "name": "llama",
+                        "quotas": {
+                            "tokens-per-day": {"nominal": tokens_per_day, "borrowing_limit": 0}
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
 def config(upstream: str) -> dict[str, Any]:
     return {
         "flavors": ["llama", "mini"],
@@ -56,12 +76,14 @@ def config(upstream: str) -> dict[str, Any]:
             token_queue("team-b", 10_000),
             token_queue("team-tight", 60, requests=2),
             token_queue("team-wait", 100),
+            budget_queue("team-budget", 1000),
         ],
         "tenants": [
             {"name": "alpha", "queues": ["team-a"]},
             {"name": "beta", "queues": ["team-b"], "models": ["fake-model"]},
             {"name": "tight", "queues": ["team-tight"]},
             {"name": "waiter", "queues": ["team-wait"]},
+            {"name": "saver", "queues": ["team-budget"]},
         ],
         "models": [
             {"name": "fake-model", "flavor": "llama", "endpoints": [{"base_url": upstream}]},
@@ -70,6 +92,7 @@ def config(upstream: str) -> dict[str, Any]:
         ],
         "inference": {
             "default_max_tokens": 16,
+            "max_call_tokens": 8000,
             "waiting": [{"queue": "team-wait", "max_wait_seconds": 5}],
         },
     }
@@ -131,7 +154,7 @@ async def running_gateway(
         assert applied.status_code == 201, applied.text
         await services.reload_config()
         keys = {}
-        for tenant in ("alpha", "beta", "tight", "waiter"):
+        for tenant in ("alpha", "beta", "tight", "waiter", "saver"):
             made = await http.post(
                 f"/api/v1/admin/tenants/{tenant}/keys",
                 json={"principal": f"{tenant}-bot", "roles": ["member"]},
@@ -299,8 +322,8 @@ async def test_over_quota_is_429_naming_level_and_resource(gateway: Gateway) -> 
     client = gateway.client("tight")
     await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=40)
     await gateway.settled()
-    with pytest.raises(openai.RateLimitError) as caught:
-        await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=60)
+    with pytest.raises(openai.RateLimitError) as caught:  # 12 + 45 fits in 60, not in 52
+        await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=45)
     response = caught.value.response
     assert int(response.headers["retry-after"]) >= 1
     assert response.headers["x-ratelimit-limit-tokens"] == "60"

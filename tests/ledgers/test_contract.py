@@ -301,11 +301,70 @@ CASES: dict[str, Case] = {
             Reserve("a", {TPM: 600}, at=60),
         ]
     ),
-    "reset_after counts down to the earliest live reservation's expiry": Case(
+    "a grant's reset_after is when all it holds has gone (its own reservation last)": Case(
         [
-            Reserve("a", {TPM: 100}, reset_after={TPM: 60}),
-            Reserve("a", {TPM: 100}, at=30, remaining={TPM: 1000}, reset_after={TPM: 30}),
-            Reserve("a", {TPM: 100}, at=61, remaining={TPM: 1000}, reset_after={TPM: 29}),
+            Reserve("a", {TPM: 100, TPD: 100}, reset_after={TPM: 60, TPD: MIDNIGHT}),
+            Reserve("b", {TPM: 100}, at=30, reset_after={TPM: 60}),
+            Reserve("a", {TPM: 100, TPD: 1}, at=61, reset_after={TPM: 60, TPD: MIDNIGHT - 61}),
+        ]
+    ),
+    "retry_after waits for the queue's own reservations when its own limit binds": Case(
+        [
+            Reserve("y", {TPM: 500}),  # earlier, in the same cohort: frees nothing for x
+            Reserve("x", {TPM: 150}, at=10),
+            Reserve("x", {TPM: 1}, at=20, refused_by=("ClusterQueue", "x", TPM), retry_after=50),
+            Reserve("x", {TPM: 1}, at=69, refused_by=("ClusterQueue", "x", TPM), retry_after=1),
+            Reserve("x", {TPM: 150}, at=70),
+        ]
+    ),
+    "retry_after ignores reservations in another cohort": Case(
+        [
+            Reserve("a", {TPM: 600}),  # org's, expiring first
+            Reserve("y", {TPM: 1100}, at=10, remaining={TPM: 0}),
+            Reserve("y", {TPM: 100}, at=20, refused_by=("Cohort", "lab", TPM), retry_after=50),
+            Reserve("y", {TPM: 100}, at=70),
+        ]
+    ),
+    "retry_after counts what a reservation charged to the refusing cohort": Case(
+        [
+            Reserve("b", {TPM: 900}),  # 800 of it is b's own: only 100 is org's
+            Reserve("a", {TPM: 1100}, at=10, remaining={TPM: 0}),
+            # b's expiry frees 100 of org: enough for 100, not for 500
+            Reserve("a", {TPM: 100}, at=20, refused_by=org(TPM), retry_after=40),
+            Reserve("a", {TPM: 500}, at=20, refused_by=org(TPM), retry_after=50),
+            Reserve("a", {TPM: 100}, at=60),
+            Reserve("a", {TPM: 500}, at=70),
+        ]
+    ),
+    "a refusal names the resource that fits last and waits for it": Case(
+        [
+            Reserve("a", {TPM: 1200}),
+            Reserve("a", {RPM: 20}, at=10),
+            Reserve(
+                "a",
+                {TPM: 100, RPM: 1},
+                at=20,
+                refused_by=org(RPM),
+                retry_after=50,
+                remaining={TPM: 0, RPM: 0},
+                reset_after={TPM: 40, RPM: 50},
+            ),
+            Reserve("a", {TPM: 100, RPM: 1}, at=60, refused_by=org(RPM), retry_after=10),
+            Reserve("a", {TPM: 100, RPM: 1}, at=70),
+        ]
+    ),
+    "a budget's refusal waits for the period's end, then the call fits": Case(
+        [
+            Reserve("a", {TPM: 10, TPD: 10_000}),
+            Reserve(
+                "a",
+                {TPM: 10, TPD: 10},
+                at=30,
+                refused_by=org(TPD),
+                retry_after=MIDNIGHT - 30,
+                reset_after={TPM: 0, TPD: MIDNIGHT - 30},
+            ),
+            Reserve("a", {TPM: 10, TPD: 10}, at=MIDNIGHT),
         ]
     ),
     "a refusal reports remaining and reset_after of every resource": Case(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from datetime import UTC, datetime
 
@@ -9,6 +10,9 @@ import pytest
 
 from quota.config import parse_quota_config
 from quota.ledger import InProcessLedger, Refusal, Reservation, period_end
+from quota.resources import FlavorResource
+from quota.tree import potential_available
+from tests.ledgers.configs import RPM, TPM, team
 
 K = 1000  # milli-units per token
 POOL = "llama-pool"
@@ -158,3 +162,42 @@ def test_random_traffic_stays_within_limits_and_drains_to_zero() -> None:
         for resource in ("tokens-per-minute", "requests-per-minute", "tokens-per-day"):
             assert ledger.usage(queue, POOL, resource, end) == 0
     assert all(n.usage.get(fr, 0) == 0 for n in ledger.state.cohorts.values() for fr in n.usage)
+
+
+@pytest.mark.parametrize("seed", [1, 22, 333])
+def test_a_refused_call_fits_exactly_when_its_refusal_says(seed: int) -> None:
+    """Whatever the traffic before, a refused call that waits ``retry_after`` (and no
+    other call comes meanwhile) is granted then, and would still be refused just before."""
+    rng = random.Random(seed)
+    ledger = InProcessLedger(team())
+    queues = [q.name for q in team().cluster_queues if q.name != "lonely"]
+    live: list[Reservation] = []
+    now, checked = T0, 0
+    for _ in range(600):
+        now += rng.choice([0.0, rng.random(), rng.random() * 5])
+        if live and rng.random() < 0.3:
+            reservation = live.pop(rng.randrange(len(live)))
+            actual = {r: rng.randrange(0, 2 * a + 2) for r, a in reservation.amounts.items()}
+            ledger.reconcile(reservation, actual, now)
+            continue
+        queue = rng.choice(queues)
+        resources = [r for r in (TPM, RPM) if ledger.state.queues[queue].quotas.get(fr(r))]
+        amounts = {r: rng.randrange(1, 400 if r == TPM else 4) * K for r in resources}
+        result = ledger.reserve(queue, POOL, amounts, now)
+        if isinstance(result, Reservation):
+            live.append(result)
+            continue
+        node = ledger.state.queues[queue]
+        if any(a > potential_available(node, fr(r)) for r, a in amounts.items()):
+            continue  # can never fit: the gateway answers 400 before asking
+        assert result.retry_after == max(result.reset_after.values()) > 0
+        later = now + result.retry_after
+        assert isinstance(copy.deepcopy(ledger).reserve(queue, POOL, amounts, later), Reservation)
+        before = copy.deepcopy(ledger).reserve(queue, POOL, amounts, later - 1e-3)
+        assert isinstance(before, Refusal)
+        checked += 1
+    assert checked > 50
+
+
+def fr(resource: str) -> FlavorResource:
+    return FlavorResource(POOL, resource)

@@ -12,9 +12,11 @@
 -- ARGV[2]        now
 -- then per resource, in the order of the static part's "r": amount, expiry
 --
--- Returns {1, id, remaining_1, reset_after_1, ...} for a grant, or
--- {0, i, level, name, available, retry_after, remaining_1, reset_after_1, ...} when
--- resource i is the first that does not fit. Every number is a string.
+-- Returns {1, id, remaining_1, remaining_2, ...} for a grant, or
+-- {0, i, level, name, available, retry_after, remaining_1, wait_1, ...} when resource i
+-- is the one that fits last (the first of those that fit equally late), wait_j being
+-- the seconds until resource j fits (0 if it fits now) and retry_after wait_i. Every
+-- number is a string.
 
 local static = cjson.decode(ARGV[1])
 local now_s = ARGV[2]
@@ -30,23 +32,33 @@ for i, want in ipairs(wants) do
   want.state, want.exp = KEYS[2 * i], KEYS[2 * i + 1]
 end
 
--- Seconds until what is available of `want` next grows.
-local function reset_after(want)
-  if not want.rate then return math.max(0, want.expiry - now) end
-  local first = redis.call('ZRANGE', want.exp, 0, 0, 'WITHSCORES')
-  if #first == 0 then return 0 end
-  return math.max(0, tonumber(first[2]) - now)
-end
-
--- Seconds until the earliest reservations of the flavor-resource (of any queue)
--- together holding at least `short` expire; else the window or period end.
-local function retry_after(want, short)
+-- quota.ledger.InProcessLedger._time_to_fit: seconds until `want` fits if nothing else
+-- is reserved. For a rate, walk the earliest live reservations of the flavor-resource
+-- (of any queue) in expiry order, taking back what each charged to a node on this
+-- queue's path, until what the queue may take covers the amount; past the walk, or
+-- for a budget, the window's or the period's end.
+local function time_to_fit(want)
+  if want.amount <= math.max(0, want.avail[1]) then return 0 end
   if want.rate then
+    local depth_of, u = {}, {}
+    for d = 1, depth do
+      depth_of[nodes[d]] = d
+      u[d] = want.u[d]
+    end
     local entries = redis.call('ZRANGE', want.exp, 0, walk_limit - 1, 'WITHSCORES')
-    local freed = 0
     for k = 1, #entries, 2 do
-      freed = freed + (tonumber(redis.call('HGET', want.state, 'a:' .. entries[k])) or 0)
-      if freed >= short then return math.max(0, tonumber(entries[k + 1]) - now) end
+      local charges, order = decode_charges(redis.call('HGET', want.state, 'c:' .. entries[k]) or nil)
+      local freed = false
+      for _, node in ipairs(order) do
+        local d = depth_of[node]
+        if d and charges[node] ~= 0 then
+          u[d] = u[d] - charges[node]
+          freed = true
+        end
+      end
+      if freed and available_along(want.path, u)[1] >= want.amount then
+        return math.max(0, tonumber(entries[k + 1]) - now)
+      end
     end
   end
   return math.max(0, want.expiry - now)
@@ -68,20 +80,23 @@ local function blocker(want)
   return 'Cohort', string.sub(nodes[d], 3)
 end
 
-local function append_levels(reply)
-  for _, want in ipairs(wants) do
-    reply[#reply + 1] = int_str(math.max(0, available_along(want.path, want.u)[1]))
-    reply[#reply + 1] = float_str(reset_after(want))
+local function refuse()
+  local waits, last = {}, nil
+  for i, want in ipairs(wants) do
+    waits[i] = time_to_fit(want)
+    if want.amount > math.max(0, want.avail[1]) and (last == nil or waits[i] > waits[last]) then
+      last = i
+    end
+  end
+  local want = wants[last]
+  local level, name = blocker(want)
+  local reply = {0, tostring(last), level, name, int_str(math.max(0, want.avail[1])),
+    float_str(waits[last])}
+  for i, each in ipairs(wants) do
+    reply[#reply + 1] = int_str(math.max(0, each.avail[1]))
+    reply[#reply + 1] = float_str(waits[i])
   end
   return reply
-end
-
-local function refuse(i)
-  local want = wants[i]
-  local free = math.max(0, want.avail[1])
-  local level, name = blocker(want)
-  local retry = retry_after(want, want.amount - free)
-  return append_levels({0, tostring(i), level, name, int_str(free), float_str(retry)})
 end
 
 -- Charge one resource to the tree and remember, for a rate, what each node got.
@@ -105,8 +120,8 @@ for _, want in ipairs(wants) do
   want.u = usage_along(want.state, nodes)
   want.avail = available_along(want.path, want.u)
 end
-for i, want in ipairs(wants) do
-  if want.amount > math.max(0, want.avail[1]) then return refuse(i) end
+for _, want in ipairs(wants) do
+  if want.amount > math.max(0, want.avail[1]) then return refuse() end
 end
 
 local id = tostring(redis.call('INCR', KEYS[1]))
@@ -118,4 +133,8 @@ for _, want in ipairs(wants) do
 end
 redis.call('HSET', record, 'q', queue, 'f', flavor)
 keep_for(record, latest - now + margin)
-return append_levels({1, id})
+local reply = {1, id}
+for _, want in ipairs(wants) do
+  reply[#reply + 1] = int_str(math.max(0, available_along(want.path, want.u)[1]))
+end
+return reply

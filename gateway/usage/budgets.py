@@ -1,0 +1,40 @@
+"""Token budgets a restart must not hand out twice.
+
+Without Redis the ledger lives in the gateway's memory and a restart would start
+every ``tokens-per-day`` and ``tokens-per-month`` budget afresh. The usage records
+are the durable account of every call, so at start-up the gateway reads what each
+queue spent per flavor today and this month (UTC) and charges it to the new ledger
+(:meth:`gateway.ledgers.Ledger.restore_budgets`), again after every config reload
+(a queue may have gained a budget). Calls whose records were not yet written when
+the process died (at most the recorder's flush interval, or its buffer during a
+database outage) are not counted; a graceful stop writes every record first.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from tenants.services.usage import queue_spend
+
+__all__ = ["SpentBudgets", "spent_budgets"]
+
+
+@dataclass(frozen=True)
+class SpentBudgets:
+    measured_at: float  # seconds since the epoch: the day and month the spend is of
+    # (queue, flavor, budget resource) -> tokens
+    spent: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+async def spent_budgets(session: AsyncSession, now: float | None = None) -> SpentBudgets:
+    at = time.time() if now is None else now
+    rows = await queue_spend(session, datetime.fromtimestamp(at, UTC).date())
+    spent: dict[tuple[str, str, str], int] = {}
+    for row in rows:
+        spent[(row.queue, row.flavor, "tokens-per-day")] = row.day
+        spent[(row.queue, row.flavor, "tokens-per-month")] = row.month
+    return SpentBudgets(at, spent)
