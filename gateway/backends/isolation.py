@@ -26,6 +26,7 @@ CPU cannot be capped without a cgroup.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -96,6 +97,16 @@ class Isolation:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
+
+    @property
+    def severity(self) -> int:
+        """How loudly to log it: an error when jobs are refused, a warning when they run
+        unisolated or on the host's network."""
+        if not self.runs_jobs:
+            return logging.ERROR
+        if self.mode is IsolationMode.NONE or self.network == "host":
+            return logging.WARNING
+        return logging.INFO
 
     @property
     def runs_jobs(self) -> bool:
