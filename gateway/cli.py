@@ -68,11 +68,13 @@ def _migrate_and_apply(settings: Settings, config_file: str | None) -> None:
     """Bring the schema up to date and, given a file, make the database say what it says."""
     import asyncio
 
+    from gateway.services import create_private_database
     from quota.errors import ConfigError
     from tenants import Database, TenantsError, load_config_file
     from tenants.services import apply_config
 
     async def run() -> str:
+        create_private_database(settings.database.url)
         database = Database(settings.database.url)
         try:
             await database.migrate()

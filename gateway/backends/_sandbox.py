@@ -7,7 +7,6 @@ with a cgroup if one is writable: whatever it reports is what holds, not what sh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -25,7 +24,7 @@ from gateway.backends._supervisor.plan import BOOT, HOME, LAUNCH_FILE, Plan
 from gateway.backends.base import JobLimits, JobSpec
 from gateway.backends.isolation import Isolation, IsolationMode, IsolationSettings
 
-__all__ = ["DEFAULT_PATH", "Prepared", "Sandbox"]
+__all__ = ["DEFAULT_PATH", "RELEASE_SECONDS", "Prepared", "Sandbox"]
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SUPERVISOR_PARENT = Path(__file__).parent  # holds the _supervisor package
@@ -37,7 +36,7 @@ _PROBE_SECONDS = 20.0
 # RLIMIT_NPROC counts per user namespace only since Linux 5.14; before, it would count
 # every process of the gateway's user on the host.
 _NPROC_PER_USERNS = (5, 14)
-_RELEASE_SECONDS = 5.0
+RELEASE_SECONDS = 5.0  # how long a job's last processes may take to leave its cgroup
 # Signals the gateway (or its server) may ignore: ignored dispositions survive exec, so the
 # supervisor would inherit them without this.
 _DEFAULT_SIGNALS = frozenset(
@@ -192,7 +191,7 @@ class Sandbox:
             return f"cannot run the probe job: {exc.strerror or exc}"
         finally:
             if cgroups is not None:
-                _settle_cgroup(cgroups, name, _RELEASE_SECONDS)
+                _settle_cgroup(cgroups, name, RELEASE_SECONDS)
             shutil.rmtree(probe_dir, ignore_errors=True)
 
     # -- jobs -----------------------------------------------------------------------------
@@ -236,7 +235,7 @@ class Sandbox:
             env.update(job.env)
             env["IGNARA_WORKLOAD_ID"] = job.workload_id
             plan = Plan(
-                job_dir=str(paths.dir),
+                job_dir=os.path.abspath(paths.dir),
                 command=job.command,
                 env=env,
                 isolation=mode.value,
@@ -283,10 +282,11 @@ class Sandbox:
             setsigdef=_DEFAULT_SIGNALS,
         )
 
-    async def release(self, workload_id: str) -> None:
-        """Remove the job's cgroups once its processes are gone (bounded wait)."""
+    def release(self, workload_id: str, wait: float = 0.0) -> None:
+        """Remove the job's cgroups, waiting up to ``wait`` s for its last processes."""
+        self.probe()
         if self._cgroups is not None:
-            await asyncio.to_thread(_settle_cgroup, self._cgroups, workload_id, _RELEASE_SECONDS)
+            _settle_cgroup(self._cgroups, workload_id, wait)
 
     def cgroup_paths(self, workload_id: str) -> dict[str, Path]:
         """Where the job's cgroups are (empty without cgroups); for operators and tests."""

@@ -79,7 +79,7 @@ from pathlib import Path
 
 from gateway.backends import _store
 from gateway.backends._process import process_alive, signal_group, start_ticks
-from gateway.backends._sandbox import DEFAULT_PATH, Sandbox
+from gateway.backends._sandbox import DEFAULT_PATH, RELEASE_SECONDS, Sandbox
 from gateway.backends._store import ExitRecord, JobPaths, Record, StopRequest
 from gateway.backends.base import (
     WORKLOAD_ID_PATTERN,
@@ -392,7 +392,7 @@ class LocalBackend:
             record = _store.read_record(job.paths)
             if record is not None and not record.state.is_final:
                 self._settle(job.paths, record, vanished=_VANISHED_MESSAGE)
-            await self._sandbox.release(job.workload_id)
+            await asyncio.to_thread(self._sandbox.release, job.workload_id, RELEASE_SECONDS)
         except (OSError, BackendError):
             # The lock is released below, so the next status() or resume() retries this.
             _LOG.exception("could not record the end of local job %s", job.workload_id)
@@ -444,6 +444,8 @@ class LocalBackend:
                 return job
             vanished = _NEVER_STARTED_MESSAGE if record.pid is None else LOST_MESSAGE
             self._settle(paths, record, vanished=vanished)
+            # Its processes are long gone: no need to wait for its cgroups to empty.
+            self._sandbox.release(paths.dir.name)
             return None
         finally:
             if lock_fd is not None:

@@ -19,6 +19,7 @@ from litestar.testing import TestClient
 from gateway.admission import AdmissionRuntime
 from gateway.admission.dispatcher import job_limits
 from gateway.app import create_app
+from gateway.cli import _migrate_and_apply
 from gateway.backends import (
     InvalidJobError,
     IsolationMode,
@@ -247,6 +248,13 @@ def test_the_sqlite_database_and_pepper_are_private(settings: Settings, tmp_path
         pass
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
     assert stat.S_IMODE(pepper.stat().st_mode) == 0o600
+
+
+def test_the_cli_creates_the_sqlite_database_private(tmp_path: Path) -> None:
+    database = tmp_path / "cli.db"
+    settings = Settings.from_env({"DATABASE_URL": f"sqlite:///{database}"})
+    _migrate_and_apply(settings, None)  # what `ignara serve` and `ignara apply` run first
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
 
 
 # -- the dispatcher ----------------------------------------------------------------------------

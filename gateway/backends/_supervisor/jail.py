@@ -126,10 +126,14 @@ def run(plan: Plan, stop: StopFlag) -> tuple[int | None, str | None]:
     _wait(child)
     with os.fdopen(report_r, "rb") as report:
         data = report.read()
-    if not data:
+    try:
+        outcome = json.loads(data)
+        exit_code, error = outcome.get("exit_code"), outcome.get("error")
+    except (ValueError, AttributeError):
         return None, "the sandbox ended without reporting the job's exit status"
-    outcome = json.loads(data)
-    return outcome.get("exit_code"), outcome.get("error")
+    if isinstance(exit_code, int) and isinstance(error, str | None):
+        return exit_code, error
+    return None, error if isinstance(error, str) else "the sandbox reported nonsense"
 
 
 def _wait(pid: int) -> int:

@@ -37,10 +37,11 @@ ROOTFS = "rootfs"  # an empty directory: the sandbox's root is a tmpfs mounted t
 HOME = "/home/job"
 HOSTNAME = "ignara-job"
 
-# The supervisor's entry point: its package's parent directory goes first on sys.path, so
-# the package imports as ``_supervisor`` without the gateway (``-I`` adds no path itself).
+# The supervisor's entry point: its package's parent directory goes on sys.path (last, so
+# nothing there can shadow the standard library), and the package imports as
+# ``_supervisor`` without the gateway (``-I`` adds no path itself, ``-S`` no site-packages).
 BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import sys; sys.path.append(sys.argv[1]); "
     "from _supervisor.runner import main; sys.exit(main(sys.argv[2:]))"
 )
 
