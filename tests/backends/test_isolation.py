@@ -19,7 +19,6 @@ from litestar.testing import TestClient
 from gateway.admission import AdmissionRuntime
 from gateway.admission.dispatcher import job_limits
 from gateway.app import create_app
-from gateway.cli import _migrate_and_apply
 from gateway.backends import (
     InvalidJobError,
     IsolationMode,
@@ -30,6 +29,7 @@ from gateway.backends import (
     JobState,
     LocalBackend,
 )
+from gateway.cli import _migrate_and_apply
 from gateway.settings import Settings
 from tenants import Database, parse_config
 from tenants.models import WorkloadRow
