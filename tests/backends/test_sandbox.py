@@ -41,7 +41,14 @@ PEPPER = "pepper-must-not-leak-5d1e0"
 DATABASE = "database-row-must-not-leak-2b8c4"
 SECRETS = (*SECRET_ENV.values(), PEPPER, DATABASE)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox tests set up users")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox tests set up users"),
+    pytest.mark.skipif(
+        not os.access(PY3, os.X_OK)
+        or subprocess.run([PY3, "-c", "import sys; assert sys.version_info >= (3, 11)"]).returncode,
+        reason=f"jobs and the unprivileged gateway need {PY3} 3.11+",
+    ),
+]
 
 
 # -- the stand-in gateway -------------------------------------------------------------------
@@ -154,7 +161,9 @@ def wait_until_gone(marker: str, timeout: float = 5) -> None:
 @pytest.fixture(scope="module")
 def suid_dir() -> Iterator[Path]:
     """A setuid-root copy of ``id``, offered to jobs as an operator's read-only path."""
-    directory = Path(tempfile.mkdtemp(prefix="ignara-suid-", dir="/srv"))
+    # Not under /tmp: inside the sandbox, /tmp is the job's own.
+    parent = "/srv" if os.path.isdir("/srv") else "/var/lib"
+    directory = Path(tempfile.mkdtemp(prefix="ignara-suid-", dir=parent))
     directory.chmod(0o755)
     shutil.copy("/usr/bin/id", directory / "id")
     os.chown(directory / "id", 0, 0)

@@ -9,6 +9,7 @@ are stable kernel ABI. Every wrapper raises ``OSError`` with the real errno.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -97,7 +98,10 @@ _LOCKED = {
     os.ST_RELATIME: MS_RELATIME,
 }
 
-_libc = ctypes.CDLL(None, use_errno=True)
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 class _CapHeader(ctypes.Structure):
@@ -123,33 +127,33 @@ def _path(value: str | None) -> bytes | None:
 
 
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+    _check(_libc().unshare(ctypes.c_int(flags)), "unshare")
 
 
 def mount(
     source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
 ) -> None:
-    result = _libc.mount(
+    result = _libc().mount(
         _path(source), _path(target), _path(fstype), ctypes.c_ulong(flags), _path(data)
     )
     _check(result, f"mount {target}")
 
 
 def umount(target: str, flags: int = 0) -> None:
-    _check(_libc.umount2(_path(target), ctypes.c_int(flags)), f"umount {target}")
+    _check(_libc().umount2(_path(target), ctypes.c_int(flags)), f"umount {target}")
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
     number = _SYS_PIVOT_ROOT.get(platform.machine())
     if number is None:
         raise OSError(0, f"pivot_root: unknown system call number on {platform.machine()}")
-    result = _libc.syscall(ctypes.c_long(number), _path(new_root), _path(put_old))
+    result = _libc().syscall(ctypes.c_long(number), _path(new_root), _path(put_old))
     _check(result, "pivot_root")
 
 
 def _prctl(option: int, value: int) -> None:
     zero = ctypes.c_ulong(0)
-    result = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), zero, zero, zero)
+    result = _libc().prctl(ctypes.c_int(option), ctypes.c_ulong(value), zero, zero, zero)
     _check(result, "prctl")
 
 
@@ -178,7 +182,7 @@ def clear_capabilities() -> None:
     """No effective, permitted or inheritable capability is left to this process."""
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    _check(_libc().capset(ctypes.byref(header), ctypes.byref(data)), "capset")
 
 
 def locked_mount_flags(path: str) -> int:
