@@ -79,8 +79,13 @@ class Sandbox:
         """What isolation holds here; probed on the first call (blocks up to ~20 s)."""
         with self._lock:
             if self._isolation is None:
-                self._prepare_root()
-                self._isolation = self._probe()
+                try:
+                    self._prepare_root()
+                except OSError as exc:
+                    reason = f"cannot prepare the job root {self._root}: {exc.strerror or exc}"
+                    self._isolation = Isolation(IsolationMode.NONE, self._settings.unsafe, reason)
+                    return self._isolation
+                self._cgroups, self._isolation = self._probe()
             return self._isolation
 
     def _prepare_root(self) -> None:
@@ -90,11 +95,13 @@ class Sandbox:
         if info.st_uid == os.geteuid() and info.st_mode & 0o077:
             self._root.chmod(0o700)
 
-    def _probe(self) -> Isolation:
+    def _probe(self) -> tuple[CgroupTree | None, Isolation]:
+        """The cgroups jobs get (if any) and the isolation that holds."""
         settings = self._settings
         cgroups, cgroup_reason = _cgroups.discover(self._root, settings.cgroup)
         if settings.isolation == "none":
-            return self._report(IsolationMode.NONE, "isolation set to none", cgroups, cgroup_reason)
+            reason = "isolation set to none"
+            return cgroups, self._report(IsolationMode.NONE, reason, cgroups, cgroup_reason)
         root_user = os.geteuid() == 0
         wanted = settings.isolation
         if wanted == "auto":
@@ -110,15 +117,13 @@ class Sandbox:
                 cgroup_reason = f"the job cgroups did not work: {error}"
                 cgroups, error = None, None
         if error is not None:
-            return self._report(
-                IsolationMode.NONE, f"{mode.value} isolation failed: {error}", cgroups, ""
-            )
-        return self._report(mode, "", cgroups, cgroup_reason)
+            reason = f"{mode.value} isolation failed: {error}"
+            return cgroups, self._report(IsolationMode.NONE, reason, cgroups, "")
+        return cgroups, self._report(mode, "", cgroups, cgroup_reason)
 
     def _report(
         self, mode: IsolationMode, reason: str, cgroups: CgroupTree | None, cgroup_reason: str
     ) -> Isolation:
-        self._cgroups = cgroups
         settings = self._settings
         sandboxed = mode is not IsolationMode.NONE
         held = cgroups.controllers if cgroups is not None else frozenset()
@@ -126,7 +131,7 @@ class Sandbox:
         why = f" ({cgroup_reason})" if cgroup_reason and not held else ""
         limits = {
             "memory": via if "memory" in held else f"RLIMIT_AS, per process{why}",
-            "cpu": via if "cpu" in held else f"not enforced: no cgroup, no rlimit can{why}",
+            "cpu": via if "cpu" in held else f"not enforced, no rlimit caps CPU{why}",
             "processes": (
                 f"{via}, {settings.max_processes}"
                 if "pids" in held

@@ -336,6 +336,8 @@ class LocalBackend:
                 if prepared.lock_fd >= 0:
                     os.close(prepared.lock_fd)
         except (OSError, BackendError) as exc:
+            with contextlib.suppress(OSError):
+                self._sandbox.release(job.workload_id)  # a cgroup made for nothing
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             failed = replace(
                 record,

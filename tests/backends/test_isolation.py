@@ -86,6 +86,14 @@ async def test_without_isolation_the_backend_refuses_every_job(tmp_path: Path) -
         await backend.close()
 
 
+def test_a_job_root_that_cannot_be_made_means_no_isolation(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    backend = LocalBackend(tmp_path / "a-file" / "jobs")
+    isolation = backend.probe()
+    assert isolation.mode is IsolationMode.NONE
+    assert "cannot prepare the job root" in (backend.refusal() or "")
+
+
 async def test_unsafe_runs_jobs_unisolated_and_says_so(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "jobs", poll_seconds=0.05, isolation=UNSAFE)
     try:

@@ -212,14 +212,18 @@ def _reaper(plan: Plan, stop: StopFlag, report_fd: int, lifeline: int) -> None:
             _loopback_up()
         socket.sethostname(HOSTNAME)
         _drop_privileges(plan)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         _send(report_fd, None, f"{_SETUP_FAILED}: {exc}")
         return
     if stop.requested:
         _send(report_fd, None, "cancelled before the command started")
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    job = launch.start(plan, HOME, new_session=True, join_cgroups=False)
+    try:
+        job = launch.start(plan, HOME, new_session=True, join_cgroups=False)
+    except OSError as exc:
+        _send(report_fd, None, f"could not start the job: {exc.strerror or exc}")
+        return
     stop.forward = True
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if stop.requested:
@@ -241,7 +245,8 @@ def _reap_until(job: int) -> int:
 def _drop_privileges(plan: Plan) -> None:
     linux.drop_bounding_set()
     if plan.isolation == "uid":
-        assert plan.uid is not None and plan.gid is not None
+        if plan.uid is None or plan.gid is None:
+            raise ValueError("the plan names no uid and gid for the job")
         os.setgroups([])
         os.setresgid(plan.gid, plan.gid, plan.gid)
         # Leaving uid 0 for a non-zero uid clears every capability.

@@ -108,7 +108,10 @@ def main(argv: list[str]) -> int:
         _close_inherited(plan.keep_fd)
         if not stop.requested:
             run = jail.run if plan.sandboxed else _run_plain
-            exit_code, error = run(plan, stop)
+            try:
+                exit_code, error = run(plan, stop)
+            except OSError as exc:  # no pipe, no fork: nothing started
+                error = f"could not start the job: {exc.strerror or exc}"
         error = _out_of_memory(plan) or error
     if error is not None:
         print(f"ignara: {error}", file=sys.stderr, flush=True)
