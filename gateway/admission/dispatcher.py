@@ -89,18 +89,21 @@ class Dispatcher:
         job_id = f"{row.id}-{row.attempt}"
         job = row.spec["job"]
         try:
-            await backend.submit(
-                JobSpec(
-                    job_id,
-                    tuple(job["command"]),
-                    dict(job.get("env", {})),
-                    int(row.spec["max_runtime_seconds"]),
-                    job_limits(row.spec, row.admission),
-                )
+            spec = JobSpec(
+                job_id,
+                tuple(job["command"]),
+                dict(job.get("env", {})),
+                int(row.spec["max_runtime_seconds"]),
+                job_limits(row.spec, row.admission),
             )
-        except (InvalidJobError, JobRefusedError, ValueError) as err:
-            code = "BackendRefused" if isinstance(err, JobRefusedError) else "InvalidJob"
-            await self._end(row, "failed", code, str(err))
+        except (InvalidJobError, ValueError) as err:
+            await self._end(row, "failed", "InvalidJob", str(err))
+            result.finished.append(row.id)
+            return
+        try:
+            await backend.submit(spec)
+        except JobRefusedError as err:
+            await self._end(row, "failed", "BackendRefused", str(err))
             result.finished.append(row.id)
             return
         except BackendError as err:

@@ -68,7 +68,7 @@ async def _handle(backend: LocalBackend, request: dict[str, Any]) -> dict[str, A
         await backend.submit(job)
         return {}
     if op == "wait":
-        status = await _wait(backend, workload_id, request.get("timeout", 20))
+        status = await _wait(backend, workload_id, request.get("within", 20))
         return _status(status, await backend.logs(workload_id))
     if op == "cancel":
         await backend.cancel(workload_id)

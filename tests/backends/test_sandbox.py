@@ -100,7 +100,7 @@ class Gateway:
         self.agent.call("submit", id=workload_id, command=command, **fields)
 
     def wait(self, workload_id: str, timeout: float = 20) -> dict[str, Any]:
-        return self.agent.call("wait", timeout=timeout + 5, id=workload_id, timeout_=timeout)
+        return self.agent.call("wait", timeout=timeout + 5, id=workload_id, within=timeout)
 
     def run(self, workload_id: str, command: list[str], **fields: Any) -> dict[str, Any]:
         self.submit(workload_id, command, **fields)
