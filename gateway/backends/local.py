@@ -391,10 +391,11 @@ class LocalBackend:
     async def _watch(self, job: _Job) -> None:
         try:
             await self._until_exit(job)
+            # Before the final record, so that a job seen final has its cgroups gone too.
+            await asyncio.to_thread(self._sandbox.release, job.workload_id, RELEASE_SECONDS)
             record = _store.read_record(job.paths)
             if record is not None and not record.state.is_final:
                 self._settle(job.paths, record, vanished=_VANISHED_MESSAGE)
-            await asyncio.to_thread(self._sandbox.release, job.workload_id, RELEASE_SECONDS)
         except (OSError, BackendError):
             # The lock is released below, so the next status() or resume() retries this.
             _LOG.exception("could not record the end of local job %s", job.workload_id)

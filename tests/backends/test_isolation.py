@@ -110,6 +110,24 @@ async def test_unsafe_runs_jobs_unisolated_and_says_so(tmp_path: Path) -> None:
         await backend.close()
 
 
+async def test_a_job_seen_final_has_left_no_cgroup_behind(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "jobs", poll_seconds=0.05)
+    try:
+        if not backend.probe().limits["processes"].startswith("cgroup"):
+            pytest.skip("no job cgroups here")
+        limits = JobLimits(memory_bytes=256 << 20, cpu_millis=500)
+        # It waits for "go" in its work directory, then leaves a process behind and ends.
+        script = "while [ ! -e go ]; do sleep 0.02; done; sleep 0.2 &"
+        await backend.submit(JobSpec("tidy", ("/bin/sh", "-c", script), {}, 30, limits))
+        cgroups = backend.job_cgroups("tidy")
+        assert cgroups and all(path.is_dir() for path in cgroups.values())
+        (tmp_path / "jobs" / "tidy" / "work" / "go").touch()
+        assert (await wait_final(backend, "tidy")).state is JobState.SUCCEEDED
+        assert not any(path.exists() for path in cgroups.values())
+    finally:
+        await backend.close()
+
+
 def test_the_host_network_is_reported_loudly(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("uid isolation needs root")
