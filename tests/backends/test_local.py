@@ -105,8 +105,9 @@ def new_marker() -> str:
     return f"{300 + secrets.randbelow(600)}.{secrets.randbelow(10**6):06d}"
 
 
-def gone(marker: str) -> bool:
-    """No live process (zombies aside) has ``marker`` on its command line."""
+def processes_with(marker: str) -> list[int]:
+    """Host pids of live processes (zombies aside) with ``marker`` on their command line."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -116,8 +117,12 @@ def gone(marker: str) -> bool:
         except OSError:
             continue
         if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            return False
-    return True
+            found.append(int(entry.name))
+    return found
+
+
+def gone(marker: str) -> bool:
+    return not processes_with(marker)
 
 
 async def wait_gone(marker: str, timeout: float = 2.0) -> None:

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from tests.backends.test_local import new_marker, processes_with
+
 PY3 = "/usr/bin/python3"
 WORKTREE = Path(__file__).resolve().parents[2]
 UNPRIVILEGED = 61234  # the userns agent's uid: no account, nothing owned
@@ -133,22 +135,6 @@ def new_id(prefix: str) -> str:
 def last_json(result: dict[str, Any]) -> Any:
     assert result["state"] == "succeeded", result
     return json.loads(result["logs"].strip().splitlines()[-1])
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line holds ``marker`` (zombies excluded)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry.name))
-    return found
 
 
 def wait_until_gone(marker: str, timeout: float = 5) -> None:
@@ -458,7 +444,7 @@ if sys.argv[2] != "exit":
 
 @pytest.mark.parametrize("ending", ["cancel", "exit", "max-runtime"])
 def test_a_setsid_double_forked_daemon_dies_with_its_job(gateway: Gateway, ending: str) -> None:
-    marker = f"{300 + secrets.randbelow(600)}.{secrets.randbelow(10**6):06d}"
+    marker = new_marker()
     workload_id = new_id("daemon")
     try:
         runtime = 2 if ending == "max-runtime" else 60
