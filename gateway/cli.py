@@ -91,11 +91,13 @@ def _migrate_and_apply(
     import asyncio
 
     from gateway.inference.catalog import refused_key_variable
+    from gateway.services import create_private_database
     from quota.errors import ConfigError
     from tenants import Database, TenantsError, load_config_file
     from tenants.services import apply_config, is_unconfigured
 
     async def run() -> str:
+        create_private_database(settings.database.url)
         database = Database(settings.database.url)
         try:
             await database.migrate()

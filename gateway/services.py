@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from litestar import Litestar
+from sqlalchemy.engine import make_url
 
 from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
@@ -36,7 +39,13 @@ from tenants.services.config import (
 )
 from tenants.services.tenants import live_tenants
 
-__all__ = ["CREATE_ADMIN_COMMAND", "Services", "load_pepper", "oidc_verifier"]
+__all__ = [
+    "CREATE_ADMIN_COMMAND",
+    "Services",
+    "create_private_database",
+    "load_pepper",
+    "oidc_verifier",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,7 @@ class Services:
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
+        create_private_database(settings.database.url)
         database = Database(settings.database.url)
         pepper = load_pepper(settings)
         api_keys = CachedApiKeyStore(SqlApiKeyStore(database))
@@ -76,7 +86,10 @@ class Services:
             oidc=oidc_verifier(settings),
             bootstrap_key=settings.auth.admin_key,
         )
-        backends: dict[str, Backend] = {"local": LocalBackend(Path(settings.backends.local_root))}
+        local = LocalBackend(
+            Path(settings.backends.local_root), isolation=settings.backends.local_isolation
+        )
+        backends: dict[str, Backend] = {"local": local}
         policy = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
@@ -147,6 +160,13 @@ class Services:
             return
         self.config_version = version
 
+    async def announce_isolation(self) -> None:
+        """Probe the local backend's sandbox (a real job) and say in one line what holds."""
+        for backend in self.backends.values():
+            if isinstance(backend, LocalBackend):
+                isolation = await asyncio.to_thread(backend.probe)
+                log.log(isolation.severity, "local backend isolation: %s", isolation.describe())
+
     async def check_config(self) -> None:
         """Another replica may change the config: reload when the audit log moved; and
         forget cached keys when keys changed (a revocation applies within a second)."""
@@ -177,6 +197,7 @@ class Services:
 
     @asynccontextmanager
     async def lifespan(self, _: Litestar) -> AsyncIterator[None]:
+        await self.announce_isolation()
         await self.database.migrate()
         await self.warn_without_admin()
         await self.reload_config()
@@ -232,3 +253,15 @@ def load_pepper(settings: Settings) -> bytes:
         with os.fdopen(fd, "w") as file:
             file.write(secrets.token_urlsafe(32))
     return path.read_text().strip().encode()
+
+
+def create_private_database(url: str) -> None:
+    """Create a SQLite database file readable by this user only (SQLite itself follows the
+    umask, and copies the file's mode to its journals); other databases: nothing to do."""
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return
+    # The file exists (keep it as it is) or its directory does not (SQLite will say so).
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

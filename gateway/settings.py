@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.backends.isolation import IsolationSettings
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -43,6 +45,9 @@ class AuthSettings:
 @dataclass(frozen=True)
 class BackendSettings:
     local_root: str = ".ignara-jobs"  # where the local backend keeps jobs and logs
+    # How the local backend isolates jobs (IGNARA_LOCAL_BACKEND_ISOLATION, _UNSAFE, _NETWORK,
+    # _UIDS, _MAX_PROCESSES, _READONLY_PATHS, _CGROUP; gateway/backends/isolation.py).
+    local_isolation: IsolationSettings = field(default_factory=IsolationSettings)
 
 
 _POLICIES = Path(__file__).resolve().parents[1] / "policies" / "rego"
@@ -143,7 +148,8 @@ class Settings:
                 oidc_roles_claim=env.get("OIDC_ROLES_CLAIM", AuthSettings.oidc_roles_claim),
             ),
             backends=BackendSettings(
-                local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root)
+                local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root),
+                local_isolation=_local_isolation(env),
             ),
             policy=PolicySettings(
                 directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
@@ -168,3 +174,32 @@ class Settings:
                 key_env={name: value for name, value in env.items() if rule.allows(name)},
             ),
         )
+
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def _local_isolation(env: Mapping[str, str]) -> IsolationSettings:
+    """The local backend's sandbox settings; ``ValueError`` names a bad variable."""
+    default = IsolationSettings()
+    uids = env.get("IGNARA_LOCAL_BACKEND_UIDS", "")
+    first, _, last = uids.partition("-")
+    try:
+        uid_range = (int(first), int(last)) if uids else default.uids
+        max_processes = int(env.get("IGNARA_LOCAL_BACKEND_MAX_PROCESSES", default.max_processes))
+    except ValueError:
+        raise ValueError(
+            "IGNARA_LOCAL_BACKEND_UIDS must be FIRST-LAST and "
+            "IGNARA_LOCAL_BACKEND_MAX_PROCESSES a number"
+        ) from None
+    paths = env.get("IGNARA_LOCAL_BACKEND_READONLY_PATHS", "")
+    return IsolationSettings(
+        isolation=env.get("IGNARA_LOCAL_BACKEND_ISOLATION", default.isolation).strip().lower(),
+        unsafe=_flag(env.get("IGNARA_LOCAL_BACKEND_UNSAFE", "0")),
+        network=env.get("IGNARA_LOCAL_BACKEND_NETWORK", default.network).strip().lower(),
+        uids=uid_range,
+        max_processes=max_processes,
+        readonly_paths=tuple(path for path in paths.split(":") if path),
+        cgroup=env.get("IGNARA_LOCAL_BACKEND_CGROUP") or None,
+    )

@@ -9,6 +9,10 @@ Each pass:
   3. cancel requested -> stop the job; once stopped: cancelled;
   4. preempted (pending again, job still named) -> stop the job, forget it.
 Every row change is guarded by the row's version, like the admission loop's.
+
+A job carries the workload's limits (``job_limits``): memory and CPU summed over its pods
+as admitted. A backend that refuses every job (the local backend when it cannot isolate
+jobs) fails the workload at once ("BackendRefused") rather than running it.
 """
 
 from __future__ import annotations
@@ -20,13 +24,24 @@ from typing import Any
 from sqlalchemy import and_, or_
 from sqlmodel import col, select
 
-from gateway.backends import Backend, BackendError, InvalidJobError, JobSpec, JobState
+from gateway.backends import (
+    Backend,
+    BackendError,
+    InvalidJobError,
+    JobLimits,
+    JobRefusedError,
+    JobSpec,
+    JobState,
+)
+from quota.resources import MILLI, parse_quantity
 from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
 from tenants.services.workloads import update_if_unchanged
 
-__all__ = ["DispatchResult", "Dispatcher"]
+__all__ = ["DispatchResult", "Dispatcher", "job_limits"]
+
+_LIMITED = ("memory", "cpu")
 
 
 @dataclass
@@ -74,16 +89,21 @@ class Dispatcher:
         job_id = f"{row.id}-{row.attempt}"
         job = row.spec["job"]
         try:
-            await backend.submit(
-                JobSpec(
-                    job_id,
-                    tuple(job["command"]),
-                    dict(job.get("env", {})),
-                    int(row.spec["max_runtime_seconds"]),
-                )
+            spec = JobSpec(
+                job_id,
+                tuple(job["command"]),
+                dict(job.get("env", {})),
+                int(row.spec["max_runtime_seconds"]),
+                job_limits(row.spec, row.admission),
             )
-        except InvalidJobError as err:
+        except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))
+            result.finished.append(row.id)
+            return
+        try:
+            await backend.submit(spec)
+        except JobRefusedError as err:
+            await self._end(row, "failed", "BackendRefused", str(err))
             result.finished.append(row.id)
             return
         except BackendError as err:
@@ -138,3 +158,18 @@ class Dispatcher:
         """Write only if the row is as read; a lost race is retried next pass."""
         async with self.database.session() as session:
             await update_if_unchanged(session, row, **values)
+
+
+def job_limits(spec: Mapping[str, Any], admission: Mapping[str, Any] | None) -> JobLimits:
+    """The whole workload's memory and CPU: over its pod sets, pods (as admitted) times the
+    per-pod request. A pod set that requests none adds none; a resource no pod set requests
+    is not limited. Raises ``ValueError`` (``QuantityError``, ``InvalidJobError``)."""
+    admitted = {p["name"]: p["count"] for p in (admission or {}).get("pod_sets", [])}
+    totals = dict.fromkeys(_LIMITED, 0)
+    for pod_set in spec["pod_sets"]:
+        count = admitted.get(pod_set["name"], pod_set["count"])
+        for resource in _LIMITED:
+            if resource in pod_set["requests"]:
+                totals[resource] += count * parse_quantity(pod_set["requests"][resource])
+    memory_bytes = -(-totals["memory"] // MILLI)  # milli-bytes, rounded up
+    return JobLimits(memory_bytes=memory_bytes or None, cpu_millis=totals["cpu"] or None)

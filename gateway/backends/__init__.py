@@ -5,8 +5,9 @@ Usage::
     from gateway.backends import JobSpec, LocalBackend
 
     backend = LocalBackend(root)
+    print(backend.probe().describe())   # which isolation holds here
     await backend.resume()
-    await backend.submit(JobSpec("wl-1", ("python", "train.py"), {}, 3600))
+    await backend.submit(JobSpec("wl-1", ("python3", "train.py"), {}, 3600))
     status = await backend.status("wl-1")
 """
 
@@ -20,11 +21,15 @@ from gateway.backends.base import (
     BackendStateError,
     InvalidJobError,
     InvalidWorkloadIdError,
+    JobLimits,
+    JobRefusedError,
     JobSpec,
     JobState,
     JobStatus,
+    refusal_of,
     validate_workload_id,
 )
+from gateway.backends.isolation import Isolation, IsolationMode, IsolationSettings
 from gateway.backends.local import (
     CANCELLED_MESSAGE,
     DEFAULT_PATH,
@@ -47,9 +52,15 @@ __all__ = [
     "BackendStateError",
     "InvalidJobError",
     "InvalidWorkloadIdError",
+    "Isolation",
+    "IsolationMode",
+    "IsolationSettings",
+    "JobLimits",
+    "JobRefusedError",
     "JobSpec",
     "JobState",
     "JobStatus",
     "LocalBackend",
+    "refusal_of",
     "validate_workload_id",
 ]

@@ -7,9 +7,15 @@ ever read-modified-written by two processes)::
     owner.lock    flock()ed by the process following the job; the kernel frees it when that
                   process dies, which is how a restarted gateway knows a job is orphaned
     stop.json     a stop request {"state", "message"}   whoever stops it first (cancel, timeout)
-    exit.json     {"exit_code", "error", "finished_at"} the job's supervisor (``_runner.py``)
+    launch.json   the supervisor's plan (0600)         the gateway; the supervisor deletes it
+    exit.json     {"exit_code", "error", "finished_at"} the job's supervisor (``_supervisor``)
     output.log    the job's stdout and stderr, appended
-    work/         the job's working directory and HOME
+    work/         the job's working directory and HOME (``/home/job`` in the sandbox)
+    tmp/          the job's /tmp in the sandbox
+    rootfs/       empty: the sandbox mounts its root there, in its own mount namespace
+
+The directory is 0700 and owned by the gateway; with per-job uids, ``work/`` and ``tmp/``
+belong to the job's uid. A sandboxed job sees only ``work/`` and ``tmp/``, nothing else here.
 
 ``status.json`` (version 1)::
 
@@ -35,7 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from gateway.backends._runner import EXIT_RECORD
+from gateway.backends._supervisor.plan import EXIT_RECORD, ROOTFS, TMP, WORK
 from gateway.backends.base import BackendStateError, JobState, JobStatus
 
 __all__ = [
@@ -85,7 +91,15 @@ class JobPaths:
 
     @property
     def work(self) -> Path:
-        return self.dir / "work"
+        return self.dir / WORK
+
+    @property
+    def tmp(self) -> Path:
+        return self.dir / TMP
+
+    @property
+    def rootfs(self) -> Path:
+        return self.dir / ROOTFS
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,18 @@ Errors (each with a stable ``code`` for the JSON error body)::
      |                           bad environment names, max runtime out of range)
      +-- BackendStateError       backend_state_corrupt: the backend's own records are unreadable
      +-- BackendClosedError      backend_closed: used after ``close()``
+     +-- JobRefusedError         backend_refuses_jobs: the backend runs no jobs at all here
+                                 (the local backend, when it cannot isolate them)
 
 Where a bad job is reported: a spec whose *shape* is wrong cannot be built at all
 (``JobSpec`` raises ``InvalidJobError``; the API layer turns that into a 4xx before anything is
 admitted). A job whose problem only shows when it runs on the backend's host (its command is
 not found or not executable there) is accepted and then reported as ``failed`` with a message
 saying why, so the tracker releases its quota like for any other failed job.
+
+A backend that cannot run tenants' jobs safely says so before anything is submitted: its
+``refusal()`` (see ``refusal_of``) gives the reason, the API answers 409 with it, and its
+``submit`` raises ``JobRefusedError``.
 """
 
 from __future__ import annotations
@@ -39,9 +45,12 @@ __all__ = [
     "BackendStateError",
     "InvalidJobError",
     "InvalidWorkloadIdError",
+    "JobLimits",
+    "JobRefusedError",
     "JobSpec",
     "JobState",
     "JobStatus",
+    "refusal_of",
     "validate_workload_id",
 ]
 
@@ -50,6 +59,9 @@ WORKLOAD_ID_PATTERN = re.compile(r"[a-z0-9-]{1,64}")
 
 # Ten years: far beyond any real run, small enough that deadline arithmetic cannot overflow.
 MAX_RUNTIME_SECONDS = 10 * 366 * 24 * 3600
+# Far beyond any machine (an exbibyte, a million cores), small enough for every kernel file.
+_MAX_MEMORY_BYTES = 2**60
+_MAX_CPU_MILLIS = 10**9
 
 
 class BackendError(Exception):
@@ -79,6 +91,12 @@ class BackendStateError(BackendError):
     """The backend's own records for a job are unreadable or corrupt."""
 
     code = "backend_state_corrupt"
+
+
+class JobRefusedError(BackendError):
+    """The backend runs no jobs here (e.g. it cannot isolate them); the message says why."""
+
+    code = "backend_refuses_jobs"
 
 
 class BackendClosedError(BackendError):
@@ -118,12 +136,36 @@ def validate_workload_id(workload_id: object) -> str:
 
 
 @dataclass(frozen=True)
+class JobLimits:
+    """What one job may use in all: memory in bytes, CPU in thousandths of a core.
+
+    ``None`` means no limit from the job (the backend's own limits still hold). Both are the
+    sums of the workload's per-pod requests over its pods. Raises ``InvalidJobError``.
+    """
+
+    memory_bytes: int | None = None
+    cpu_millis: int | None = None
+
+    def __post_init__(self) -> None:
+        _validate_limit("memory_bytes", self.memory_bytes, _MAX_MEMORY_BYTES)
+        _validate_limit("cpu_millis", self.cpu_millis, _MAX_CPU_MILLIS)
+
+
+def _validate_limit(name: str, value: int | None, highest: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= highest:
+        raise InvalidJobError(f"{name} must be an integer between 1 and {highest}, or none")
+
+
+@dataclass(frozen=True)
 class JobSpec:
-    """One job to run: a command (no shell), extra environment and a runtime limit.
+    """One job to run: a command (no shell), extra environment, a runtime limit and limits.
 
     Usage::
 
         JobSpec("wl-42", ("python", "train.py", "--epochs", "3"), {"SEED": "1"}, 3600)
+        JobSpec("wl-43", ("python3", "eval.py"), {}, 600, JobLimits(memory_bytes=2**30))
 
     ``command`` and ``env`` are copied on construction (into a tuple and a read-only mapping),
     so a spec cannot change after it is validated. Raises ``InvalidWorkloadIdError`` or
@@ -134,6 +176,7 @@ class JobSpec:
     command: tuple[str, ...]
     env: Mapping[str, str]
     max_runtime_seconds: int
+    limits: JobLimits = JobLimits()
 
     def __post_init__(self) -> None:
         validate_workload_id(self.workload_id)
@@ -143,6 +186,8 @@ class JobSpec:
         _validate_command(self.command)
         _validate_env(self.env)
         _validate_runtime(self.max_runtime_seconds)
+        if not isinstance(self.limits, JobLimits):
+            raise InvalidJobError("limits must be a JobLimits")
 
 
 def _validate_command(command: tuple[str, ...]) -> None:
@@ -216,3 +261,15 @@ class Backend(Protocol):
     async def logs(self, workload_id: str, tail_bytes: int = 65536) -> bytes: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Refusing(Protocol):
+    """A backend that may refuse every job: ``refusal()`` says why, or is ``None``."""
+
+    def refusal(self) -> str | None: ...
+
+
+def refusal_of(backend: Backend) -> str | None:
+    """Why ``backend`` runs no jobs at all, or ``None`` if it runs them."""
+    return backend.refusal() if isinstance(backend, Refusing) else None

@@ -1,21 +1,31 @@
-"""The local backend, the embedded default: each job is a subprocess on this machine.
+"""The local backend, the embedded default: each job is a sandboxed process tree on this machine.
 
 Usage::
 
     backend = LocalBackend(Path("/var/lib/ignara/jobs"), grace_seconds=5.0)
-    await backend.resume()        # at start-up: follow jobs a previous process left running
-    await backend.submit(JobSpec("wl-1", ("python", "train.py"), {}, 3600))
+    backend.probe()               # at start-up: which isolation holds (see ``isolation``)
+    await backend.resume()        # follow jobs a previous process left running
+    await backend.submit(JobSpec("wl-1", ("python3", "train.py"), {}, 3600))
     status = await backend.status("wl-1")
     await backend.close()         # leaves running jobs running; the next start resumes them
 
 How a job runs. ``submit`` claims ``ROOT/<id>/`` (a directory renamed into place, so exactly
-one submission of an id wins, across processes too) and starts a small supervisor
-(``_runner.py``) with ``os.posix_spawn`` as the leader of a new session and process group,
-stdin from /dev/null and stdout+stderr appended to ``ROOT/<id>/output.log``. The supervisor
-runs the command (an argv list, no shell) in ``ROOT/<id>/work`` and records its exit status
-in ``exit.json``. The environment is a minimal base (``PATH``, ``HOME`` = the work
-directory, ``LANG``), then ``job.env``, then ``IGNARA_WORKLOAD_ID``; nothing else of the
-gateway's environment reaches the job. See ``_store`` for the files.
+one submission of an id wins, across processes too), writes the job's plan (``launch.json``:
+command, environment, uid, cgroup, limits) and starts a small supervisor (``_supervisor``)
+with ``os.posix_spawn`` as the leader of a new session and process group, with a fixed
+minimal environment, stdin from /dev/null and stdout+stderr appended to
+``ROOT/<id>/output.log``. The supervisor runs the command (an argv list, no shell) in the
+sandbox (``_supervisor.jail``: its own uid or user namespace, mount, PID, network, IPC, UTS
+and cgroup namespaces, a minimal read-only root, ``ROOT/<id>/work`` as ``/home/job``, its
+cwd and HOME) and records its exit status in ``exit.json``. The job's environment is a
+minimal base (``PATH``, ``HOME``, ``LANG``), then ``job.env``, then ``IGNARA_WORKLOAD_ID``;
+nothing of the gateway's environment reaches it. See ``_store`` for the files, and
+``isolation`` for the modes, their settings and what each keeps from the job.
+
+Isolation is probed once (``probe()``, a real sandboxed ``true``). When none holds, the
+backend refuses every job (``refusal()`` says why; ``submit`` raises ``JobRefusedError``)
+unless the operator set ``unsafe`` (``IGNARA_LOCAL_BACKEND_UNSAFE=1``): then jobs run as
+the gateway's own user, in ``ROOT/<id>/work``, as before there was a sandbox.
 
 Why not ``asyncio.create_subprocess_exec``: its transport SIGKILLs the child when it is
 closed or garbage-collected, which would kill every running job when the gateway closes its
@@ -25,13 +35,21 @@ and writes the final state to ``status.json``.
 
 Decisions:
 
-- Stopping (cancel, max runtime): SIGTERM to the job's process group, SIGKILL after
-  ``grace_seconds``. A timed-out job is ``failed`` with "exceeded max runtime of N s". When a
-  job ends by itself, anything it left running in its process group is killed.
+- Stopping (cancel, max runtime): SIGTERM to the supervisor's process group (the sandbox's
+  PID 1 passes it to every process of the job), SIGKILL after ``grace_seconds``. A timed-out
+  job is ``failed`` with "exceeded max runtime of N s". When a job ends, or its PID 1 is
+  killed, the kernel kills everything left in its PID namespace: a job cannot escape cancel
+  or its max runtime with setsid() or a double fork. (Without a sandbox, with ``unsafe``,
+  it still can.)
+- Limits: ``job.limits`` (memory, CPU) and the backend's process cap, through a per-job
+  cgroup where one is writable, else rlimits; a job past its memory limit is killed and
+  ``failed`` ("out of memory: ..."), one forking past its cap gets EAGAIN.
 - Cancel wins over an exit it did not see: a job that exits at the moment it is cancelled is
   reported ``cancelled``. Cancelling an unknown or finished job does nothing.
-- Command not found or not executable: the job is accepted and ends ``failed`` with a
-  message ("command not found: 'x'"); a malformed spec never gets here (``JobSpec`` refuses it).
+- Command not found or not executable (inside the sandbox: only the system's and the
+  operator's read-only paths are there): the job is accepted and ends ``failed`` with a
+  message ("command not found: 'x'"); a malformed spec never gets here (``JobSpec``
+  refuses it).
 - ``close()`` stops following jobs but leaves them running. A new ``LocalBackend`` on the same
   root (after a restart) resumes following every job whose supervisor still runs (same pid
   and start time) and reports a job whose supervisor is gone and left no exit record as
@@ -39,9 +57,8 @@ Decisions:
   watched it is reported from its exit record, exit code included.
 - One process follows a job at a time (a flock on ``owner.lock``); others sharing the root
   read its status, and their cancel signals the job and waits for the owner to record it.
-- Not a sandbox: jobs run as the gateway's user. A job that leaves its process group (setsid)
-  escapes cancel. Logs grow without bound on disk; reads are bounded (``MAX_LOG_TAIL_BYTES``).
-- Linux only (``/proc``, ``posix_spawn`` with ``setsid``).
+- Logs grow without bound on disk; reads are bounded (``MAX_LOG_TAIL_BYTES``).
+- Linux only (``/proc``, namespaces, ``posix_spawn`` with ``setsid``).
 """
 
 from __future__ import annotations
@@ -62,16 +79,19 @@ from pathlib import Path
 
 from gateway.backends import _store
 from gateway.backends._process import process_alive, signal_group, start_ticks
+from gateway.backends._sandbox import DEFAULT_PATH, RELEASE_SECONDS, Sandbox
 from gateway.backends._store import ExitRecord, JobPaths, Record, StopRequest
 from gateway.backends.base import (
     WORKLOAD_ID_PATTERN,
     BackendClosedError,
     BackendError,
+    JobRefusedError,
     JobSpec,
     JobState,
     JobStatus,
     validate_workload_id,
 )
+from gateway.backends.isolation import Isolation, IsolationSettings
 
 __all__ = [
     "CANCELLED_MESSAGE",
@@ -81,7 +101,6 @@ __all__ = [
     "LocalBackend",
 ]
 
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_LOG_TAIL_BYTES = 8 * 1024 * 1024
 LOST_MESSAGE = "lost: the gateway restarted while it ran"
 CANCELLED_MESSAGE = "cancelled"
@@ -89,21 +108,6 @@ _NEVER_STARTED_MESSAGE = "lost: the gateway restarted before the job started"
 _VANISHED_MESSAGE = "the job's supervisor ended without recording an exit status"
 # After SIGKILL the kernel ends the group promptly; this only bounds the wait for the record.
 _KILL_WAIT_SECONDS = 5.0
-_RUNNER = Path(__file__).with_name("_runner.py")
-# Signals the gateway (or its server) may ignore: ignored dispositions survive exec, so the
-# job would inherit them without this.
-_DEFAULT_SIGNALS = frozenset(
-    {
-        signal.SIGHUP,
-        signal.SIGINT,
-        signal.SIGQUIT,
-        signal.SIGTERM,
-        signal.SIGPIPE,
-        signal.SIGXFSZ,
-        signal.SIGUSR1,
-        signal.SIGUSR2,
-    }
-)
 _LOG = logging.getLogger(__name__)
 
 
@@ -138,15 +142,17 @@ class LocalBackend:
         poll_seconds: float = 0.2,
         path: str = DEFAULT_PATH,
         python: str | None = None,
+        isolation: IsolationSettings | None = None,
     ) -> None:
         if grace_seconds < 0 or poll_seconds <= 0:
             raise ValueError("grace_seconds must be >= 0 and poll_seconds > 0")
         self._root = Path(root)
         self._grace = grace_seconds
         self._poll = poll_seconds
-        self._path = path
         # The supervisor needs only the standard library, so any Python 3.11+ will do.
-        self._python = python or sys.executable
+        self._sandbox = Sandbox(
+            self._root, isolation or IsolationSettings(), python or sys.executable, path
+        )
         self._jobs: dict[str, _Job] = {}
         self._closed = False
 
@@ -154,12 +160,29 @@ class LocalBackend:
     def root(self) -> Path:
         return self._root
 
+    def probe(self) -> Isolation:
+        """Which isolation holds; probed by running a sandboxed job on the first call
+        (blocking, well under a second on a sane host), then remembered."""
+        return self._sandbox.probe()
+
+    def refusal(self) -> str | None:
+        """Why this backend runs no jobs (no isolation, and not allowed to run unsafe)."""
+        return self.probe().refusal()
+
+    def job_cgroups(self, workload_id: str) -> dict[str, Path]:
+        """The job's cgroup directories per controller (none without cgroups)."""
+        self.probe()
+        return self._sandbox.cgroup_paths(validate_workload_id(workload_id))
+
     # -- the Backend protocol -------------------------------------------------------------
 
     async def submit(self, job: JobSpec) -> None:
         """Start ``job`` unless a job of its id exists (then do nothing)."""
         self._check_open()
         paths = self._paths(job.workload_id)
+        refusal = (await asyncio.to_thread(self._sandbox.probe)).refusal()
+        if refusal is not None:
+            raise JobRefusedError(refusal)
         if paths.dir.exists():
             return
         with _io_errors("submit"):
@@ -263,7 +286,7 @@ class LocalBackend:
         refuses a non-empty target, so of racing submissions exactly one wins.
         """
         try:
-            self._root.mkdir(parents=True, exist_ok=True)
+            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".claim-{job.workload_id}-", dir=self._root))
         except OSError as exc:
             raise BackendError(f"cannot create job directory: {exc.strerror}") from exc
@@ -305,14 +328,22 @@ class LocalBackend:
                 os.close(lock_fd)
             return
         try:
-            paths.work.mkdir(exist_ok=True)
-            pid = self._spawn(job, paths)
-        except OSError as exc:
+            prepared = self._sandbox.prepare(job, paths)
+            try:
+                pid = self._sandbox.spawn(paths, prepared)
+            finally:
+                # The supervisor holds its own copy of the uid's lock from now on.
+                if prepared.lock_fd >= 0:
+                    os.close(prepared.lock_fd)
+        except (OSError, BackendError) as exc:
+            with contextlib.suppress(OSError):
+                self._sandbox.release(job.workload_id)  # a cgroup made for nothing
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             failed = replace(
                 record,
                 state=JobState.FAILED,
                 finished_at=datetime.now(UTC),
-                message=f"could not start the job: {exc.strerror or exc}",
+                message=f"could not start the job: {reason}",
             )
             try:
                 _store.write_record(paths, failed)
@@ -337,27 +368,6 @@ class LocalBackend:
         except OSError as exc:
             raise BackendError(f"job started but not recorded: {exc.strerror}") from exc
 
-    def _spawn(self, job: JobSpec, paths: JobPaths) -> int:
-        env = {"PATH": self._path, "HOME": str(paths.work), "LANG": "C.UTF-8"}
-        env.update(job.env)
-        env["IGNARA_WORKLOAD_ID"] = job.workload_id
-        argv = [self._python, "-I", "-S", str(_RUNNER), str(paths.dir), str(paths.work)]
-        argv += ["--", *job.command]
-        log_flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        return os.posix_spawn(
-            self._python,
-            argv,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, str(paths.log), log_flags, 0o600),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
-            ],
-            setsid=True,
-            setsigmask=(),
-            setsigdef=_DEFAULT_SIGNALS,
-        )
-
     # -- following ------------------------------------------------------------------------
 
     def _follow(self, paths: JobPaths, record: Record, lock_fd: int) -> _Job:
@@ -381,6 +391,8 @@ class LocalBackend:
     async def _watch(self, job: _Job) -> None:
         try:
             await self._until_exit(job)
+            # Before the final record, so that a job seen final has its cgroups gone too.
+            await asyncio.to_thread(self._sandbox.release, job.workload_id, RELEASE_SECONDS)
             record = _store.read_record(job.paths)
             if record is not None and not record.state.is_final:
                 self._settle(job.paths, record, vanished=_VANISHED_MESSAGE)
@@ -435,6 +447,8 @@ class LocalBackend:
                 return job
             vanished = _NEVER_STARTED_MESSAGE if record.pid is None else LOST_MESSAGE
             self._settle(paths, record, vanished=vanished)
+            # Its processes are long gone: no need to wait for its cgroups to empty.
+            self._sandbox.release(paths.dir.name)
             return None
         finally:
             if lock_fd is not None:

@@ -11,7 +11,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 
 from gateway.auth import Identity
 from gateway.authorization import admit_by_policy, authorize
-from gateway.backends import Backend, BackendError
+from gateway.backends import Backend, BackendError, refusal_of
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
@@ -78,12 +78,17 @@ class WorkloadController(Controller):
         data: JSONBody[WorkloadIn],
         database: NamedDependency[Database],
         policy: NamedDependency[PolicyEngine],
+        backends: NamedDependency[dict[str, Backend]],
         idempotency_key: Annotated[
             str | None, HeaderParameter(name="Idempotency-Key", max_length=255, required=False)
         ] = None,
     ) -> Response[WorkloadOut]:
         identity = await tenant_of(request, policy, "workloads.submit")
         await admit_by_policy(policy, identity.tenant, _admission_input(data))
+        backend = backends.get(data.backend)
+        # Refused now, not accepted to fail later: e.g. a local backend that cannot isolate.
+        if backend is not None and (refusal := refusal_of(backend)) is not None:
+            raise ApiError(409, "backend_refuses_jobs", refusal)
         async with database.session() as session:
             row, created = await submit_workload(
                 session,

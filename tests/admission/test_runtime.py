@@ -4,7 +4,6 @@ quota; cancel and preemption stop real processes."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ def job(
         priority=priority,
         pod_sets=(PodSetRequest("main", gpus, {"nvidia.com/gpu": "1"}),),
         max_runtime_seconds=runtime,
-        command=(sys.executable, "-c", code),
+        command=("/usr/bin/python3", "-c", code),  # the sandbox has no venv
     )
 
 

@@ -1,6 +1,11 @@
 """The local backend against real subprocesses: run, fail, cancel, time out, restart.
 
-Every wait is bounded; jobs are small Python or sh one-liners.
+Every wait is bounded; jobs are small Python or sh one-liners. The backend isolates its jobs
+(here, as root: a uid of their own in their own namespaces), so a job sees only the system's
+paths and its own work directory (``/home/job``, ``ROOT/<id>/work`` on the host): jobs run
+the system's python3 and leave files in their work directory for the test to read, and the
+test finds their processes by a marker on their command lines, since pids inside the sandbox
+are not the host's. See test_sandbox.py for the escapes.
 """
 
 from __future__ import annotations
@@ -8,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
-import stat
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,7 +35,8 @@ from gateway.backends import (
 from gateway.backends._process import signal_group, start_ticks
 from tests.backends.test_base import BAD_IDS
 
-PY = sys.executable
+PY = "/usr/bin/python3"  # the gateway's venv is not inside the sandbox
+HOME = "/home/job"
 GRACE = 0.5
 POLL = 0.05
 
@@ -95,13 +100,39 @@ async def wait_file(path: Path, timeout: float = 5.0) -> str:
     return path.read_text()
 
 
-def gone(pid: int) -> bool:
-    """No such process, or only a zombie waiting to be reaped by whoever adopted it."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return True
-    return raw[raw.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
+def new_marker() -> str:
+    """A number no other process has on its command line (sleep and Python accept it)."""
+    return f"{300 + secrets.randbelow(600)}.{secrets.randbelow(10**6):06d}"
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids of live processes (zombies aside) with ``marker`` on their command line."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in (b"Z", b"X"):
+            found.append(int(entry.name))
+    return found
+
+
+def gone(marker: str) -> bool:
+    return not processes_with(marker)
+
+
+async def wait_gone(marker: str, timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not gone(marker):
+            await asyncio.sleep(0.02)
+
+
+def work(root: Path, workload_id: str) -> Path:
+    return root / workload_id / "work"
 
 
 def write_status(root: Path, workload_id: str, **fields: object) -> None:
@@ -125,9 +156,12 @@ def write_status(root: Path, workload_id: str, **fields: object) -> None:
 
 
 APPEND_LINE = "import sys; open(sys.argv[1], 'a').write('ran\\n')"
-SLEEP_WRITING_PID = (
-    "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(30)"
-)
+# Says it runs (a file in its work directory), then sleeps; argv[1] is its marker.
+SLEEP_WHEN_READY = "import time; open('ready', 'w').write('1'); time.sleep(30)"
+
+
+def sleeper(marker: str, code: str = SLEEP_WHEN_READY) -> tuple[str, ...]:
+    return py(code, marker)
 
 
 # -- running ------------------------------------------------------------------------------
@@ -161,9 +195,9 @@ async def test_failure_reports_the_exit_code(backend: LocalBackend) -> None:
     assert b"oops" in await backend.logs("bad")
 
 
-async def test_submit_is_idempotent(backend: LocalBackend, tmp_path: Path) -> None:
-    marker = tmp_path / "runs.txt"
-    job = spec("once", py(APPEND_LINE, marker))
+async def test_submit_is_idempotent(backend: LocalBackend) -> None:
+    marker = work(backend.root, "once") / "runs.txt"
+    job = spec("once", py(APPEND_LINE, "runs.txt"))
     await asyncio.gather(*(backend.submit(job) for _ in range(5)))
     await backend.submit(job)
     await wait_final(backend, "once")
@@ -173,9 +207,9 @@ async def test_submit_is_idempotent(backend: LocalBackend, tmp_path: Path) -> No
     assert (await backend.status("once")).state is JobState.SUCCEEDED
 
 
-async def test_submit_is_idempotent_across_backends_on_one_root(root: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "runs.txt"
-    job = spec("shared", py(APPEND_LINE, marker))
+async def test_submit_is_idempotent_across_backends_on_one_root(root: Path) -> None:
+    marker = work(root, "shared") / "runs.txt"
+    job = spec("shared", py(APPEND_LINE, "runs.txt"))
     first, second = make_backend(root), make_backend(root)
     try:
         await asyncio.gather(first.submit(job), second.submit(job))
@@ -195,11 +229,10 @@ async def test_environment_is_minimal_plus_job_env(
     await backend.submit(spec("env-job", py(code), env=env))
     assert (await wait_final(backend, "env-job")).state is JobState.SUCCEEDED
     seen = json.loads(await backend.logs("env-job"))
-    work = str(backend.root / "env-job" / "work")
-    assert seen["cwd"] == work
+    assert seen["cwd"] == HOME
     assert seen["env"]["FOO"] == "bar baz"
     assert seen["env"]["IGNARA_WORKLOAD_ID"] == "env-job"  # always the backend's, never spoofed
-    assert seen["env"]["HOME"] == work
+    assert seen["env"]["HOME"] == HOME
     assert "IGNARA_TEST_GATEWAY_SECRET" not in seen["env"]
     # The job's env is exactly the base, its own variables and the id (LC_CTYPE: Python's
     # own locale coercion in the child, not something the backend passed).
@@ -215,13 +248,8 @@ async def test_command_not_found_fails_with_a_clear_message(backend: LocalBacken
     assert b"command not found" in await backend.logs("missing")
 
 
-async def test_command_not_executable_fails_with_a_clear_message(
-    backend: LocalBackend, tmp_path: Path
-) -> None:
-    script = tmp_path / "script.sh"
-    script.write_text("#!/bin/sh\necho hi\n")
-    script.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    await backend.submit(spec("noexec", (str(script),)))
+async def test_command_not_executable_fails_with_a_clear_message(backend: LocalBackend) -> None:
+    await backend.submit(spec("noexec", ("/etc/passwd",)))  # there, readable, not executable
     status = await wait_final(backend, "noexec")
     assert status.state is JobState.FAILED
     assert status.exit_code == 126
@@ -229,15 +257,13 @@ async def test_command_not_executable_fails_with_a_clear_message(
 
 
 async def test_leftover_background_processes_are_killed_when_the_job_ends(
-    backend: LocalBackend, tmp_path: Path
+    backend: LocalBackend,
 ) -> None:
-    pid_file = tmp_path / "bg.pid"
-    await backend.submit(spec("bg", ("/bin/sh", "-c", f"sleep 30 & echo $! > {pid_file}")))
+    marker = new_marker()
+    await backend.submit(spec("bg", ("/bin/sh", "-c", f"sleep {marker} & echo started")))
     assert (await wait_final(backend, "bg")).state is JobState.SUCCEEDED
-    background = int(await wait_file(pid_file))
-    async with asyncio.timeout(2):
-        while not gone(background):
-            await asyncio.sleep(0.02)
+    assert b"started" in await backend.logs("bg")
+    await wait_gone(marker)
 
 
 async def test_logs_are_bounded(backend: LocalBackend) -> None:
@@ -252,10 +278,11 @@ async def test_logs_are_bounded(backend: LocalBackend) -> None:
 # -- stopping -----------------------------------------------------------------------------
 
 
-async def test_cancel_stops_a_running_job_fast(backend: LocalBackend, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
-    await backend.submit(spec("long", py(SLEEP_WRITING_PID, pid_file)))
-    pid = int(await wait_file(pid_file))
+async def test_cancel_stops_a_running_job_fast(backend: LocalBackend) -> None:
+    marker = new_marker()
+    await backend.submit(spec("long", sleeper(marker)))
+    await wait_file(work(backend.root, "long") / "ready")
+    assert not gone(marker)
     assert (await backend.status("long")).state is JobState.RUNNING
     started = time.monotonic()
     await backend.cancel("long")
@@ -263,24 +290,22 @@ async def test_cancel_stops_a_running_job_fast(backend: LocalBackend, tmp_path: 
     status = await backend.status("long")
     assert (status.state, status.message) == (JobState.CANCELLED, "cancelled")
     assert status.exit_code == -signal.SIGTERM
-    assert gone(pid)
+    await wait_gone(marker)
     await backend.cancel("long")  # idempotent
     assert (await backend.status("long")).state is JobState.CANCELLED
 
 
-async def test_cancel_escalates_to_sigkill_after_the_grace_period(
-    backend: LocalBackend, tmp_path: Path
-) -> None:
-    pid_file = tmp_path / "job.pid"
-    code = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + SLEEP_WRITING_PID
-    await backend.submit(spec("stubborn", py(code, pid_file)))
-    pid = int(await wait_file(pid_file))
+async def test_cancel_escalates_to_sigkill_after_the_grace_period(backend: LocalBackend) -> None:
+    marker = new_marker()
+    code = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + SLEEP_WHEN_READY
+    await backend.submit(spec("stubborn", sleeper(marker, code)))
+    await wait_file(work(backend.root, "stubborn") / "ready")
     started = time.monotonic()
     await backend.cancel("stubborn")
     elapsed = time.monotonic() - started
     assert GRACE <= elapsed < GRACE + 2
     assert (await backend.status("stubborn")).state is JobState.CANCELLED
-    assert gone(pid)
+    await wait_gone(marker)
 
 
 async def test_cancel_of_unknown_or_finished_job_does_nothing(backend: LocalBackend) -> None:
@@ -292,16 +317,16 @@ async def test_cancel_of_unknown_or_finished_job_does_nothing(backend: LocalBack
     assert (await backend.status("done")).state is JobState.SUCCEEDED
 
 
-async def test_max_runtime_is_enforced(backend: LocalBackend, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
+async def test_max_runtime_is_enforced(backend: LocalBackend) -> None:
+    marker = new_marker()
     started = time.monotonic()
-    await backend.submit(spec("slow", py(SLEEP_WRITING_PID, pid_file), max_runtime=1))
-    pid = int(await wait_file(pid_file))
+    await backend.submit(spec("slow", sleeper(marker), max_runtime=1))
+    await wait_file(work(backend.root, "slow") / "ready")
     status = await wait_final(backend, "slow", timeout=5)
     assert time.monotonic() - started < 4
     assert status.state is JobState.FAILED
     assert status.message == "exceeded max runtime of 1 s"
-    assert gone(pid)
+    await wait_gone(marker)
 
 
 # -- ids ----------------------------------------------------------------------------------
@@ -340,15 +365,15 @@ async def test_final_status_survives_a_restart(root: Path) -> None:
         await second.close()
 
 
-async def test_a_restart_resumes_following_a_live_job(root: Path, tmp_path: Path) -> None:
-    go = tmp_path / "go"
+async def test_a_restart_resumes_following_a_live_job(root: Path) -> None:
+    go = work(root, "survivor") / "go"  # the job waits for it in its own work directory
     code = (
         "import os, sys, time\n"
-        "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n"
+        "while not os.path.exists('go'): time.sleep(0.02)\n"
         "print('finished after the restart'); sys.exit(5)"
     )
     first = make_backend(root)
-    await first.submit(spec("survivor", py(code, go)))
+    await first.submit(spec("survivor", py(code)))
     await first.close()  # the job keeps running
     with pytest.raises(BackendClosedError):
         await first.status("survivor")
@@ -378,32 +403,32 @@ async def test_a_job_that_ended_while_no_gateway_watched_reports_its_exit(root: 
         await second.close()
 
 
-async def test_a_resumed_job_can_be_cancelled(root: Path, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
+async def test_a_resumed_job_can_be_cancelled(root: Path) -> None:
+    marker = new_marker()
     first = make_backend(root)
-    await first.submit(spec("adopted", py(SLEEP_WRITING_PID, pid_file)))
-    pid = int(await wait_file(pid_file))
+    await first.submit(spec("adopted", sleeper(marker)))
+    await wait_file(work(root, "adopted") / "ready")
     await first.close()
     second = make_backend(root)
     try:
         await second.cancel("adopted")
         assert (await second.status("adopted")).state is JobState.CANCELLED
-        assert gone(pid)
+        await wait_gone(marker)
     finally:
         await second.close()
 
 
-async def test_cancel_from_another_backend_sharing_the_root(root: Path, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
+async def test_cancel_from_another_backend_sharing_the_root(root: Path) -> None:
+    marker = new_marker()
     owner, other = make_backend(root), make_backend(root)
     try:
-        await owner.submit(spec("shared-cancel", py(SLEEP_WRITING_PID, pid_file)))
-        pid = int(await wait_file(pid_file))
+        await owner.submit(spec("shared-cancel", sleeper(marker)))
+        await wait_file(work(root, "shared-cancel") / "ready")
         assert (await other.status("shared-cancel")).state is JobState.RUNNING
         await other.cancel("shared-cancel")
         assert (await other.status("shared-cancel")).state is JobState.CANCELLED
         assert (await owner.status("shared-cancel")).state is JobState.CANCELLED
-        assert gone(pid)
+        await wait_gone(marker)
     finally:
         await owner.close()
         await other.close()
@@ -467,11 +492,11 @@ async def test_closed_backend_refuses_calls(backend: LocalBackend) -> None:
         await backend.submit(spec("late", ("true",)))
 
 
-async def test_max_runtime_is_enforced_after_a_restart(root: Path, tmp_path: Path) -> None:
-    pid_file = tmp_path / "job.pid"
+async def test_max_runtime_is_enforced_after_a_restart(root: Path) -> None:
+    marker = new_marker()
     first = make_backend(root)
-    await first.submit(spec("overdue", py(SLEEP_WRITING_PID, pid_file), max_runtime=1))
-    pid = int(await wait_file(pid_file))
+    await first.submit(spec("overdue", sleeper(marker), max_runtime=1))
+    await wait_file(work(root, "overdue") / "ready")
     await first.close()
     await asyncio.sleep(1.1)  # past its deadline while no gateway watched
     second = make_backend(root)
@@ -479,6 +504,6 @@ async def test_max_runtime_is_enforced_after_a_restart(root: Path, tmp_path: Pat
         assert await second.resume() == ["overdue"]
         status = await wait_final(second, "overdue", timeout=3)
         assert (status.state, status.message) == (JobState.FAILED, "exceeded max runtime of 1 s")
-        assert gone(pid)
+        await wait_gone(marker)
     finally:
         await second.close()

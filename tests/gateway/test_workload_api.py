@@ -3,7 +3,6 @@ and a submitted gang that really runs on the local backend."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -53,7 +52,8 @@ def workload(name: str = "train", **overrides: Any) -> dict[str, Any]:
             {"name": "workers", "count": 2, "requests": {"nvidia.com/gpu": 1, "cpu": "500m"}}
         ],
         "max_runtime_seconds": 60,
-        "job": {"command": [sys.executable, "-c", "print('epoch 1 done')"]},
+        # The system's python3: the gateway's venv is not inside the job's sandbox.
+        "job": {"command": ["/usr/bin/python3", "-c", "print('epoch 1 done')"]},
     }
     body.update(overrides)
     return body
