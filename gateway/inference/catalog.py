@@ -35,9 +35,13 @@ class Catalog:
     # (queue, flavor) -> its quota, for queues that exist and the policy let a call spend
     quotas: dict[tuple[str, str], QueueQuota] = field(default_factory=dict)
     max_wait: dict[str, float] = field(init=False)  # queue -> seconds a call may wait
+    # Every queue some tenant may use: decisions about other names (a caller's
+    # X-Ignara-Queue may say anything) are not kept, so they cannot grow `decisions`.
+    assigned_queues: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.max_wait = {wait.queue: wait.max_wait_seconds for wait in self.settings.waiting}
+        self.assigned_queues = frozenset(q for qs in self.tenant_queues.values() for q in qs)
 
     def route(self, model: str) -> ModelRoute | None:
         return self.registry.route(model)

@@ -250,17 +250,24 @@ class InferenceService:
             (INFERENCE, identity.tenant, route.model, queue),
             INFERENCE,
             lambda: {"tenant": identity.tenant, "model": route.model, "queue": queue},
+            keep=queue in self.catalog.assigned_queues,
         )
 
     async def _decide(
-        self, key: tuple[object, ...], entry: str, policy_input: Callable[[], dict[str, Any]]
+        self,
+        key: tuple[object, ...],
+        entry: str,
+        policy_input: Callable[[], dict[str, Any]],
+        *,
+        keep: bool = True,
     ) -> Decision:
-        """The policy's decision, asked once per config (the input is built only then)."""
+        """The policy's decision, asked once per config (the input is built only then);
+        ``keep=False`` for a key a caller chose freely, which is asked every time."""
         decisions = self.catalog.decisions
         decision = decisions.get(key)
         if decision is None:
             decision = await self.policy.decide(entry, policy_input())
-            if decision.failure is None:
+            if decision.failure is None and keep:
                 decisions[key] = decision
         return decision
 

@@ -4,7 +4,6 @@ upstream, two tenants with GPU and token quota, and a client that issues keys.""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -70,7 +69,7 @@ def workload(
         "queue": queue,
         "pod_sets": [{"name": "w", "count": 1, "requests": {"nvidia.com/gpu": gpus}}],
         "max_runtime_seconds": 60,
-        "job": {"command": [sys.executable, "-c", "print('ok')"], **job},
+        "job": {"command": ["/usr/bin/python3", "-c", "print('ok')"], **job},
     }
 
 

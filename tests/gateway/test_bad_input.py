@@ -153,10 +153,11 @@ async def test_odd_bytes_in_headers_are_no_500(gateway: Gateway, http: httpx.Asy
     response = await http.post("/v1/chat/completions", json=chat, headers=queue)
     assert response.status_code == 403 and response.json()["error"]["code"] == "policy_denied"
     assert gateway.upstream.total_requests == 0
-    # Read only by queues that wait, and team-a does not: ignored.
     priority = [*member, ("X-Ignara-Priority", b"\xff")]
     response = await http.post("/v1/chat/completions", json=chat, headers=priority)
-    assert response.status_code == 200
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_priority"
+    assert gateway.upstream.total_requests == 0
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ is refused while it holds admitted work."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,7 +42,7 @@ async def state_of(api: Api, token: str, wid: str, *states: str) -> dict[str, An
 
 
 def sleeper(seconds: float) -> list[str]:
-    return [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+    return ["/usr/bin/python3", "-c", f"import time; time.sleep({seconds})"]  # in the sandbox
 
 
 async def test_a_deleted_tenants_keys_stop_at_once(api: Api) -> None:

@@ -318,6 +318,22 @@ async def test_another_tenants_queue_is_refused(gateway: Gateway) -> None:
     assert await gateway.usage("team-b") == 0
 
 
+async def test_queue_names_a_caller_makes_up_are_refused_and_not_remembered(
+    gateway: Gateway,
+) -> None:
+    """X-Ignara-Queue is the caller's to choose: refusals of names no tenant has must
+    not pile up in the gateway's memory of decisions, however many it sends."""
+    catalog = gateway.services.inference.catalog
+    before = len(catalog.decisions)
+    for i in range(20):
+        client = gateway.client("alpha", default_headers={"X-Ignara-Queue": f"made-up-{i}"})
+        with pytest.raises(openai.PermissionDeniedError) as caught:
+            await client.chat.completions.create(model="fake-model", messages=CHAT)
+        assert f'queue "made-up-{i}" is not open to tenant "alpha"' in caught.value.message
+    assert len(catalog.decisions) <= before + 1  # the authorization, at most
+    assert gateway.services.inference.catalog is catalog
+
+
 async def test_over_quota_is_429_naming_level_and_resource(gateway: Gateway) -> None:
     client = gateway.client("tight")
     await client.chat.completions.create(model="fake-model", messages=CHAT, max_tokens=40)
