@@ -34,8 +34,11 @@ async def relays(postgres: str, redis_url: str) -> AsyncIterator[tuple[Relay, Re
     database = await create_database(postgres)
     async with relay(*_host_port(database)) as pg, relay(*_host_port(redis_url)) as rd:
         name = urlsplit(database).path
-        yield pg, rd, f"postgresql://postgres@127.0.0.1:{pg.port}{name}", (
-            f"redis://127.0.0.1:{rd.port}/0?socket_timeout=1"
+        yield (
+            pg,
+            rd,
+            f"postgresql://postgres@127.0.0.1:{pg.port}{name}",
+            (f"redis://127.0.0.1:{rd.port}/0?socket_timeout=1"),
         )
 
 
