@@ -5,31 +5,17 @@ its action needs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from gateway.settings import Settings
-from tests.gateway.access_harness import ADMIN_KEY, Api, chat, config, running, workload
+from tests.gateway.access_harness import ADMIN_KEY, Api, chat, config, workload
 from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration
 
 TENANT_SCOPES = ["inference", "workloads:read", "workloads:write", "usage:read"]
 KEY_SCOPES = ["keys:read", "keys:write"]
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(models=("fake-model", "fake-embed")) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def api(settings: Settings, upstream: FakeOpenAI) -> AsyncIterator[Api]:
-    async with running(settings, upstream) as api:
-        yield api
 
 
 def refused(response: Any, *words: str, status: int = 403) -> None:

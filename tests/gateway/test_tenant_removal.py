@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from gateway.settings import Settings
-from tests.gateway.access_harness import ADMIN_KEY, Api, chat, config, running, workload
+from tests.gateway.access_harness import ADMIN_KEY, Api, chat, config, workload
 from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(models=("fake-model", "fake-embed")) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def api(settings: Settings, upstream: FakeOpenAI) -> AsyncIterator[Api]:
-    async with running(settings, upstream) as api:
-        yield api
 
 
 async def state_of(api: Api, token: str, wid: str, *states: str) -> dict[str, Any]:
