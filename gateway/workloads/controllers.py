@@ -80,7 +80,8 @@ class WorkloadController(Controller):
         policy: NamedDependency[PolicyEngine],
         backends: NamedDependency[dict[str, Backend]],
         idempotency_key: Annotated[
-            str | None, HeaderParameter(name="Idempotency-Key", max_length=255, required=False)
+            str | None,
+            HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, required=False),
         ] = None,
     ) -> Response[WorkloadOut]:
         identity = await tenant_of(request, policy, "workloads.submit")

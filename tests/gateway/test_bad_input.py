@@ -148,6 +148,10 @@ async def test_odd_bytes_in_headers_are_no_500(gateway: Gateway, http: httpx.Asy
         "/api/v1/workloads", json=workload(), headers=[*member, ("Idempotency-Key", "k" * 256)]
     )
     assert_client_error(too_long, "Idempotency-Key")
+    empty = await http.post(
+        "/api/v1/workloads", json=workload(), headers=[*member, ("Idempotency-Key", "")]
+    )
+    assert_client_error(empty, "Idempotency-Key")
     chat = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
     queue = [*member, ("X-Ignara-Queue", b"\xff\x80")]
     response = await http.post("/v1/chat/completions", json=chat, headers=queue)
