@@ -101,12 +101,14 @@ def postgres_server() -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def create_database(server_url: str) -> str:
-    """A fresh, empty database on the server; returns its URL."""
+async def create_database(server_url: str, *, template: str | None = None) -> str:
+    """A fresh database on the server, empty or a copy of the database ``template``
+    (which nobody may be connected to); returns its URL."""
     name = f"ignara_test_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template is not None else ""
     connection = await asyncpg.connect(server_url, timeout=10)
     try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
+        await connection.execute(f'CREATE DATABASE "{name}"{copy}')
     finally:
         await connection.close()
     return server_url.rsplit("/", 1)[0] + f"/{name}"
