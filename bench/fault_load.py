@@ -109,6 +109,14 @@ def _error_code(raw: bytes) -> str | None:
     return "no-error-object"
 
 
+def _connection_outcome(err: aiohttp.ClientError) -> str:
+    """``connection refused`` (nothing listens), else ``connection dropped`` (reset or
+    closed before the answer was whole)."""
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return "connection refused"
+    return "connection dropped"
+
+
 def _stream_result(raw: bytes) -> tuple[str, int]:
     """A streamed 200: ``("200", tokens)`` when it ended with ``[DONE]`` and reported
     usage; else what went wrong."""
@@ -155,7 +163,7 @@ async def call_once(
     except TimeoutError:
         return "timeout", 0, ""
     except aiohttp.ClientError as err:
-        return f"connection {type(err).__name__}", 0, str(err)[:DETAIL]
+        return _connection_outcome(err), 0, f"{type(err).__name__}: {err}"[:DETAIL]
     if status != 200:
         return f"{status} {_error_code(raw)}", 0, raw[:DETAIL].decode(errors="replace")
     if stream:
@@ -238,7 +246,7 @@ async def submit_until_accepted(
         except TimeoutError:
             outcome = "timeout"
         except aiohttp.ClientError as err:
-            outcome = f"connection {type(err).__name__}"
+            outcome = _connection_outcome(err)
         submission.attempts.append(Attempt(gateway, start, clock(), outcome))
         if workload_id is not None:
             submission.workload_id = workload_id

@@ -40,6 +40,7 @@ class Fault:
     removing: float = math.nan  # its removal begins (a restart, SIGCONT)
     end: float = math.nan  # removed: the server answers again (or is thawed)
     stop: float = math.nan  # the load stopped
+    removal_error: str | None = None  # the server could not be brought back
 
     def phase(self, t: float) -> str:
         if t < self.start:
@@ -54,6 +55,7 @@ class Fault:
             "removal_began_at_s": round(self.removing, 3),
             "removed_at_s": round(self.end, 3),
             "load_stopped_at_s": round(self.stop, 3),
+            "removal_error": self.removal_error,
         }
 
 
@@ -262,12 +264,15 @@ def workload_summary(
 
 COLUMNS = (
     "scenario",
+    "fault lasted s",
     "roomy calls during the fault",
     "error p50 / p99 ms",
-    "first success s",
-    "recovered s",
-    "tight granted / max in 60 s",
-    "roomy charged - granted",
+    "roomy 200s during: p99 ms",
+    "first roomy 200 after injection s",
+    "roomy errors end, s after removal",
+    f"tight tokens granted: most in 60 s / run (quota {TIGHT_RATE:,} a minute, "
+    f"{TIGHT_BUDGET:,} a day)",
+    "roomy tokens: ledger - granted / records - granted",
     "workloads accepted / lost / twice / unfinished",
     "submit errors",
 )
@@ -277,41 +282,51 @@ def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in counts.items()) or "none"
 
 
-def _number(value: Any) -> str:
+def _number(value: Any, never: str = "never") -> str:
     if value is None:
-        return "never"
+        return never
     if isinstance(value, float):
-        return f"{value:.2f}"
+        return f"{value:,.2f}"
     if isinstance(value, int):
-        return f"{value:,}"
+        return f"{value:+,}" if value else "0"
     return str(value)
+
+
+def _row(s: Mapping[str, Any]) -> list[str]:
+    if "error" in s:  # the scenario could not run
+        return [s["scenario"], f"failed: {s['error'].splitlines()[0]}"] + [""] * (len(COLUMNS) - 2)
+    fault, inference = s["fault"], s["inference"]
+    tokens, workloads = s["tokens"], s["workloads"]
+    latency = [
+        f"{k}: {v['p50_ms']:,} / {v['p99_ms']:,}" for k, v in inference["error_latency"].items()
+    ]
+    tight, roomy = tokens["tight"], tokens["roomy"]
+    submit_errors = Counter[str]()
+    for phase in workloads["submit_attempts"].values():
+        for outcome, n in phase.items():
+            if not outcome.startswith(("200", "201")):
+                submit_errors[outcome] += n
+    during_ok = inference["roomy_ok_latency"]["during"]["p99_ms"]
+    twice = workloads["stored_twice"] + workloads["ran_twice"]
+    return [
+        s["scenario"],
+        "not removed"
+        if fault.get("removal_error")
+        else f"{fault['removed_at_s'] - fault['injected_at_s']:.1f}",
+        _counts(inference["roomy"]["during"]),
+        "; ".join(latency) or "no errors",
+        "none" if during_ok is None else f"{during_ok:,}",
+        _number(inference["first_success_after_fault_s"]),
+        _number(inference["recovered_after_removal_s"], "not by the end"),
+        f"{tight['granted_max_in_60s']:,} / {tight['granted']:,}",
+        f"{_number(roomy['charged_minus_granted'])} / {_number(roomy['recorded_minus_granted'])}",
+        f"{workloads['accepted']} / {workloads['lost']} / {twice} / {workloads['unfinished']}",
+        _counts(dict(submit_errors.most_common())),
+    ]
 
 
 def markdown(scenarios: Sequence[Mapping[str, Any]]) -> str:
     """The table: a header and one row per scenario."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for s in scenarios:
-        inference, tokens, workloads = s["inference"], s["tokens"], s["workloads"]
-        latency = [
-            f"{k}: {v['p50_ms']:,} / {v['p99_ms']:,}" for k, v in inference["error_latency"].items()
-        ]
-        tight, roomy = tokens["tight"], tokens["roomy"]
-        submit_errors = Counter[str]()
-        for phase in workloads["submit_attempts"].values():
-            for outcome, n in phase.items():
-                if not outcome.startswith(("200", "201")):
-                    submit_errors[outcome] += n
-        cells = [
-            s["scenario"],
-            _counts(inference["roomy"]["during"]),
-            "; ".join(latency) or "no errors",
-            _number(inference["first_success_after_fault_s"]),
-            _number(inference["recovered_after_removal_s"]),
-            f"{tight['granted']:,} / {tight['granted_max_in_60s']:,}",
-            _number(roomy["charged_minus_granted"]),
-            f"{workloads['accepted']} / {workloads['lost']} / "
-            f"{workloads['stored_twice'] + workloads['ran_twice']} / {workloads['unfinished']}",
-            _counts(dict(submit_errors.most_common())),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(_row(s)) + " |" for s in scenarios]
     return "\n".join(lines)

@@ -46,6 +46,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -141,10 +142,14 @@ async def inject(
     log(f"  {fault.start:6.2f}s fault: {what.split(';')[0]}")
     await asyncio.sleep(max(0.0, fault.start + args.fault_seconds - clock()))
     fault.removing = clock()
-    await asyncio.to_thread(end)
+    try:
+        await asyncio.to_thread(end)
+    except (BenchError, RuntimeError, OSError, subprocess.SubprocessError) as err:
+        # Reported, and the load goes on: what the gateways do then is the result.
+        fault.removal_error = f"{type(err).__name__}: {err}"[-2000:]
     fault.end = clock()
     until.at = max(until.at, fault.end + args.after)
-    log(f"  {fault.end:6.2f}s fault removed")
+    log(f"  {fault.end:6.2f}s fault removed" + (" (FAILED)" if fault.removal_error else ""))
 
 
 # -- after the load -----------------------------------------------------------------------
@@ -390,12 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine(), "settings": settings, "scenarios": []}
     scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
     tmp = Path(tempfile.mkdtemp(prefix="ignara-faults-"))
+    failed = False
     try:
         for scenario in scenarios:
-            report["scenarios"].append(run_scenario(scenario, args, tmp))
-    except BenchError as err:
-        print(f"bench/faults.py: {err}", file=sys.stderr)
-        return 1
+            try:
+                report["scenarios"].append(run_scenario(scenario, args, tmp))
+            except BenchError as err:  # the next scenario starts afresh
+                print(f"bench/faults.py: {scenario}: {err}", file=sys.stderr)
+                report["scenarios"].append({"scenario": scenario, "error": str(err)[-2000:]})
+                failed = True
     finally:
         if args.keep_tmp:
             log(f"kept {tmp}")
@@ -404,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         report["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(markdown(report["scenarios"]) if args.markdown else json.dumps(report, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
