@@ -1,4 +1,4 @@
-"""A fast OpenAI-compatible upstream for benchmarks: fixed answers, no delay.
+"""A fast OpenAI-compatible upstream for benchmarks: fixed answers, no delay unless asked.
 
     python bench/upstream.py --port 9000 [--delay 0.02] [--chunk-delay 0.002]
 
