@@ -286,7 +286,7 @@ async def redis_kill_scenario(redis: OwnedRedis, urls: list[str]) -> None:
             assert (await chat(client, url, token, stream)).status_code == 200
 
         redis.kill()
-        before = upstream.total_requests
+        before = upstream.requests["/v1/chat/completions"]
         for _ in range(3):
             answers = await asyncio.gather(
                 *(chat(client, url, token, stream) for url, stream in cases * 4)
@@ -297,7 +297,8 @@ async def redis_kill_scenario(redis: OwnedRedis, urls: list[str]) -> None:
                 error = answer.json()["error"]
                 assert error["code"] == "ledger_unavailable", error
                 assert isinstance(error["message"], str) and error["message"]
-        assert upstream.total_requests == before  # fail closed: nothing reached the model
+        # Fail closed: no call reached the model.
+        assert upstream.requests["/v1/chat/completions"] == before
 
         await asyncio.to_thread(redis.start)  # empty, on the same port
         back = time.monotonic()
