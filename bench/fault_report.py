@@ -131,11 +131,7 @@ def inference_summary(fault: Fault, calls: Sequence[Call]) -> dict[str, Any]:
         "during": fault.end - fault.start,
         "after": fault.stop - fault.end,
     }
-    ok_per_s = {
-        phase: round(sum(1 for c in roomy if c.ok and fault.phase(c.start) == phase) / s, 1)
-        for phase, s in seconds.items()
-        if s > 0
-    }
+    ok_per_s = {p: round(len(ok_latency[p]) / s, 1) for p, s in seconds.items() if s > 0}
     return {
         "calls": len(calls),
         "roomy": _by_phase(fault, ((c.start, c.outcome) for c in roomy)),
@@ -222,18 +218,23 @@ def workload_summary(
     runs_of: dict[str, list[JobRun]] = {}
     for run in runs:
         runs_of.setdefault(run.workload_id, []).append(run)
-    ran_twice = sorted(
-        wid
-        for wid in stored
-        if stored[wid].attempt > 1
+    ran_twice = sum(
+        1
+        for wid, row in stored.items()
+        if row.attempt > 1
         or len(runs_of.get(wid, [])) > 1
         or sum(r.output_lines for r in runs_of.get(wid, [])) > 1
     )
     attempts = [a for s in submissions for a in s.attempts]
     failed_attempts = [a for a in attempts if not a.outcome.startswith(("200", "201"))]
-    accepted_after = [
-        a.end for s in submissions for a in s.attempts[-1:] if s.accepted and a.start >= fault.start
-    ]
+    first_accept_after = min(
+        (
+            s.attempts[-1].end
+            for s in submissions
+            if s.accepted and s.attempts[-1].start >= fault.start
+        ),
+        default=None,
+    )
     failures = Counter(r.reason or "" for r in rows if r.state == "failed")
     return {
         "submitted": len(submissions),
@@ -242,7 +243,7 @@ def workload_summary(
         "gave_up": sum(1 for s in submissions if not s.accepted and not s.refused),
         "lost": len(accepted - stored.keys()),
         "stored_twice": sum(n - 1 for key, n in per_key.items() if key is not None and n > 1),
-        "ran_twice": len(ran_twice),
+        "ran_twice": ran_twice,
         "unfinished": sum(
             1 for wid in accepted & stored.keys() if stored[wid].state not in FINAL_STATES
         ),
@@ -251,12 +252,8 @@ def workload_summary(
         "failed_reasons": dict(failures.most_common(3)),
         "submit_attempts": _by_phase(fault, ((a.start, a.outcome) for a in attempts)),
         "submit_error_latency": _ms(a.end - a.start for a in failed_attempts),
-        "time_to_accept": _ms(
-            s.attempts[-1].end - s.start for s in submissions if s.accepted and s.attempts
-        ),
-        "first_accept_after_fault_s": (
-            round(min(accepted_after) - fault.start, 3) if accepted_after else None
-        ),
+        "time_to_accept": _ms(s.attempts[-1].end - s.start for s in submissions if s.accepted),
+        "first_accept_after_fault_s": _since(first_accept_after, fault.start),
     }
 
 
