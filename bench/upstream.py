@@ -1,6 +1,6 @@
-"""A fast OpenAI-compatible upstream for benchmarks: fixed answers, no delay.
+"""A fast OpenAI-compatible upstream for benchmarks: fixed answers, no delay unless asked.
 
-    python bench/upstream.py --port 9000
+    python bench/upstream.py --port 9000 [--delay 0.02] [--chunk-delay 0.002]
 
 ``GET /v1/models`` and ``POST /v1/chat/completions``. A chat completion answers a fixed
 small ``chat.completion`` with ``usage``; with ``"stream": true`` it answers
@@ -8,7 +8,9 @@ small ``chat.completion`` with ``usage``; with ``"stream": true`` it answers
 ``stream_options.include_usage`` is true) a chunk with ``"choices": []`` and ``usage``,
 then ``data: [DONE]``. Every event is one write, as a real server streams them. All
 bodies are encoded once at start-up, so the per-request work is parsing the request
-body and writing bytes.
+body and writing bytes. ``--delay`` holds each answer that long before its headers, and
+``--chunk-delay`` waits that long between stream events (both 0 by default): calls then
+stay in flight a while, as a model server's do.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -93,31 +96,42 @@ async def models(request: web.Request) -> web.StreamResponse:
     return web.Response(body=MODELS, headers=JSON_HEADERS)
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    raw = await request.read()
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        error = {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
-        return web.Response(body=_dumps(error), status=400, headers=JSON_HEADERS)
-    if not body.get("stream"):
-        return web.Response(body=COMPLETION, headers=JSON_HEADERS)
-    options = body.get("stream_options") or {}
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    await response.prepare(request)
-    for event in STREAM_EVENTS:
-        await response.write(event)
-    if options.get("include_usage"):
-        await response.write(USAGE_EVENT)
-    await response.write(DONE_EVENT)
-    await response.write_eof()
-    return response
+def chat_completions(
+    delay: float = 0.0, chunk_delay: float = 0.0
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler; without delays it never yields to the loop but to read and write."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            error = {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
+            return web.Response(body=_dumps(error), status=400, headers=JSON_HEADERS)
+        if delay:
+            await asyncio.sleep(delay)
+        if not body.get("stream"):
+            return web.Response(body=COMPLETION, headers=JSON_HEADERS)
+        options = body.get("stream_options") or {}
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        for event in STREAM_EVENTS:
+            await response.write(event)
+            if chunk_delay:
+                await asyncio.sleep(chunk_delay)
+        if options.get("include_usage"):
+            await response.write(USAGE_EVENT)
+        await response.write(DONE_EVENT)
+        await response.write_eof()
+        return response
+
+    return handle
 
 
-def make_app() -> web.Application:
+def make_app(delay: float = 0.0, chunk_delay: float = 0.0) -> web.Application:
     app = web.Application()
     app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/chat/completions", chat_completions(delay, chunk_delay))
     return app
 
 
@@ -125,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.0, help="seconds between stream events"
+    )
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -134,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         pass
     print(f"bench upstream on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     web.run_app(
-        make_app(),
+        make_app(args.delay, args.chunk_delay),
         host=args.host,
         port=args.port,
         access_log=None,
