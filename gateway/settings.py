@@ -57,6 +57,7 @@ _POLICIES = Path(__file__).resolve().parents[1] / "policies" / "rego"
 class PolicySettings:
     directory: str = str(_POLICIES)  # the .rego files (tests excluded when loading)
     opa_url: str | None = None  # an OPA server; the embedded engine when unset
+    # A decision not made within this (IGNARA_POLICY_TIMEOUT) is a deny (fail closed).
     timeout_seconds: float = 0.5
 
 
@@ -154,6 +155,9 @@ class Settings:
             policy=PolicySettings(
                 directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
                 opa_url=env.get("OPA_URL") or None,
+                timeout_seconds=float(
+                    env.get("IGNARA_POLICY_TIMEOUT", PolicySettings.timeout_seconds)
+                ),
             ),
             inference=InferenceSettings(
                 redis_url=env.get("REDIS_URL") or None,

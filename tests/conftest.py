@@ -15,6 +15,7 @@ from gateway.settings import (
     AuthSettings,
     BackendSettings,
     DatabaseSettings,
+    PolicySettings,
     ServerSettings,
     Settings,
 )
@@ -89,6 +90,9 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 
 ADMIN_KEY = "test-bootstrap-admin-key-0123456789"
+# Tests share two CPUs with the servers they start: an embedded policy decision can
+# wait its turn longer than production's half second, which would fail it closed.
+TEST_POLICY_TIMEOUT = 5.0
 
 
 @pytest.fixture
@@ -99,6 +103,7 @@ def settings(tmp_path: Path, sqlite_template: Path) -> Settings:
         database=DatabaseSettings(url=fresh_sqlite(sqlite_template, tmp_path / "gateway.db")),
         auth=AuthSettings(admin_key=ADMIN_KEY, pepper="test-pepper-0123456789abcdef"),
         backends=BackendSettings(local_root=str(tmp_path / "jobs")),
+        policy=PolicySettings(timeout_seconds=TEST_POLICY_TIMEOUT),
     )
 
 

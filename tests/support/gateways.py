@@ -40,7 +40,8 @@ def gateway_processes(
             log = open(workdir / f"gateway-{name}.log", "wb")  # noqa: SIM115 - closed with the process
             process = subprocess.Popen(
                 [sys.executable, "-m", "gateway.cli", "serve"],
-                env={**os.environ, **env, "IGNARA_PORT": str(port)},
+                # A loaded test machine must not fail policy decisions closed.
+                env={**os.environ, "IGNARA_POLICY_TIMEOUT": "5", **env, "IGNARA_PORT": str(port)},
                 stdout=log,
                 stderr=log,
                 cwd=workdir,
