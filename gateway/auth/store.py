@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from gateway.auth.errors import DatabaseUnavailableError
 from gateway.auth.identity import ANY_TENANT
 from gateway.auth.keys import ApiKeyStore, StoredKey
+from gateway.outages import DATABASE_ERRORS, Outage, database_unavailable
 from tenants import Database
 from tenants.services.api_keys import find_api_key, touch_api_key
 
@@ -50,6 +52,13 @@ class CachedApiKeyStore:
     A revocation made through this gateway applies at once (:meth:`invalidate`); one
     made through another replica when this one notices it (:meth:`clear`, called by the
     config watcher about every second), at the latest within ``ttl`` seconds.
+
+    While the database is unavailable, a key read from it in the last ``stale_for``
+    seconds keeps working as it was then: calls of tenants whose keys were in use go on,
+    and a change to the key this gateway has not read yet (a revocation, say) applies
+    when the database is back. Any other key is refused with
+    :class:`DatabaseUnavailableError` (503: it may be valid), never taken for unknown.
+    ``outage`` hears of each failed lookup and of the database's return.
     """
 
     def __init__(
@@ -57,16 +66,24 @@ class CachedApiKeyStore:
         inner: ApiKeyStore,
         *,
         ttl: float = 5.0,
+        stale_for: float = 600.0,
         touch_every: float = 60.0,
         max_entries: int = 100_000,
+        outage: Outage | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
         self._ttl = ttl
+        self._stale_for = stale_for
         self._touch_every = touch_every
         self._max_entries = max_entries
+        self._outage = outage or Outage("database")
         self._clock = clock
         self._found: dict[str, tuple[float, StoredKey | None]] = {}
+        # Each existing key as last read from the database, and when: what an outage
+        # falls back on. Kept through clear(), which only says "read again when you can";
+        # only keys that exist are kept, so callers cannot grow it with made-up ids.
+        self._read: dict[str, tuple[float, StoredKey]] = {}
         self._touched: dict[str, float] = {}
         self._loading: dict[str, asyncio.Future[StoredKey | None]] = {}
         self._generation = 0  # moved by clear(): a lookup begun before is not kept
@@ -76,8 +93,42 @@ class CachedApiKeyStore:
         cached = self._found.get(key_id)
         if cached is not None and now - cached[0] < self._ttl:
             return cached[1]
+        try:
+            return await self._lookup(key_id, now)
+        except DATABASE_ERRORS as err:
+            if not database_unavailable(err):
+                raise
+            self._outage.failed(err)
+            return self._last_read(key_id)
+
+    async def touch(self, key_id: str, when: datetime) -> None:
+        now = self._clock()
+        last = self._touched.get(key_id)
+        if last is not None and now - last < self._touch_every:
+            return
+        if len(self._touched) >= self._max_entries:
+            self._touched.clear()
+        self._touched[key_id] = now
+        try:
+            await self._inner.touch(key_id, when)
+        except DATABASE_ERRORS as err:
+            if not database_unavailable(err):
+                raise
+            self._outage.failed(err)  # only bookkeeping: the call goes on
+
+    def invalidate(self, key_id: str) -> None:
+        self._found.pop(key_id, None)
+        self._read.pop(key_id, None)  # revoked here: never served from an old read
+
+    def clear(self) -> None:
+        """Forget every lookup: the next use of each key reads the database again."""
+        self._found.clear()
+        self._generation += 1
+
+    async def _lookup(self, key_id: str, now: float) -> StoredKey | None:
+        """Read the key from the database, once for every call that misses meanwhile."""
         loading = self._loading.get(key_id)
-        if loading is not None:  # one lookup serves every call that missed meanwhile
+        if loading is not None:
             return await asyncio.shield(loading)
         future: asyncio.Future[StoredKey | None] = asyncio.get_running_loop().create_future()
         self._loading[key_id] = future
@@ -94,27 +145,23 @@ class CachedApiKeyStore:
         finally:
             del self._loading[key_id]
         future.set_result(stored)
+        self._outage.recovered()
         if generation != self._generation:
             return stored  # it may have read the key before a revocation cleared the cache
         if len(self._found) >= self._max_entries:
             self._found.clear()  # a flood of unknown ids must not grow memory
         self._found[key_id] = (now, stored)
+        if stored is None:
+            self._read.pop(key_id, None)
+        else:
+            if len(self._read) >= self._max_entries:
+                self._read.clear()
+            self._read[key_id] = (now, stored)
         return stored
 
-    async def touch(self, key_id: str, when: datetime) -> None:
-        now = self._clock()
-        last = self._touched.get(key_id)
-        if last is not None and now - last < self._touch_every:
-            return
-        if len(self._touched) >= self._max_entries:
-            self._touched.clear()
-        self._touched[key_id] = now
-        await self._inner.touch(key_id, when)
-
-    def invalidate(self, key_id: str) -> None:
-        self._found.pop(key_id, None)
-
-    def clear(self) -> None:
-        """Forget every lookup: the next use of each key reads the database again."""
-        self._found.clear()
-        self._generation += 1
+    def _last_read(self, key_id: str) -> StoredKey:
+        """The key as last read, if that is recent enough to stand in for the database."""
+        read = self._read.get(key_id)
+        if read is None or self._clock() - read[0] > self._stale_for:
+            raise DatabaseUnavailableError() from None
+        return read[1]
