@@ -44,6 +44,10 @@ class SqlApiKeyStore:
             await touch_api_key(session, key_id, when)
 
 
+class _NoAnswerError(Exception):
+    """The database has not answered a lookup in time (the lookup goes on)."""
+
+
 class CachedApiKeyStore:
     """Keeps what a lookup found (or that nothing was found) for ``ttl`` seconds, and
     writes ``last_used`` at most every ``touch_every`` seconds per key, so an inference
@@ -53,12 +57,13 @@ class CachedApiKeyStore:
     made through another replica when this one notices it (:meth:`clear`, called by the
     config watcher about every second), at the latest within ``ttl`` seconds.
 
-    While the database is unavailable, a key read from it in the last ``stale_for``
-    seconds keeps working as it was then: calls of tenants whose keys were in use go on,
-    and a change to the key this gateway has not read yet (a revocation, say) applies
-    when the database is back. Any other key is refused with
-    :class:`DatabaseUnavailableError` (503: it may be valid), never taken for unknown.
-    ``outage`` hears of each failed lookup and of the database's return.
+    While the database is unavailable (it fails, or has not answered within
+    ``max_wait`` seconds), a key read from it in the last ``stale_for`` seconds keeps
+    working as it was then: calls of tenants whose keys were in use go on, and a change
+    to the key this gateway has not read yet (a revocation, say) applies when the
+    database is back. Any other key is refused with :class:`DatabaseUnavailableError`
+    (503: it may be valid), never taken for unknown. ``outage`` hears of each failed
+    lookup and of the database's return.
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class CachedApiKeyStore:
         *,
         ttl: float = 5.0,
         stale_for: float = 600.0,
+        max_wait: float = 2.0,
         touch_every: float = 60.0,
         max_entries: int = 100_000,
         outage: Outage | None = None,
@@ -75,6 +81,7 @@ class CachedApiKeyStore:
         self._inner = inner
         self._ttl = ttl
         self._stale_for = stale_for
+        self._max_wait = max_wait
         self._touch_every = touch_every
         self._max_entries = max_entries
         self._outage = outage or Outage("database")
@@ -85,7 +92,9 @@ class CachedApiKeyStore:
         # only keys that exist are kept, so callers cannot grow it with made-up ids.
         self._read: dict[str, tuple[float, StoredKey]] = {}
         self._touched: dict[str, float] = {}
-        self._loading: dict[str, asyncio.Future[StoredKey | None]] = {}
+        # The lookup under way per key (one serves every call that misses meanwhile),
+        # and when it began (the event loop's time).
+        self._loading: dict[str, tuple[float, asyncio.Task[StoredKey | None]]] = {}
         self._generation = 0  # moved by clear(): a lookup begun before is not kept
 
     async def get(self, key_id: str) -> StoredKey | None:
@@ -95,11 +104,13 @@ class CachedApiKeyStore:
             return cached[1]
         try:
             return await self._lookup(key_id, now)
+        except _NoAnswerError as err:
+            self._outage.failed(err)
         except DATABASE_ERRORS as err:
             if not database_unavailable(err):
                 raise
             self._outage.failed(err)
-            return self._last_read(key_id)
+        return self._last_read(key_id)
 
     async def touch(self, key_id: str, when: datetime) -> None:
         now = self._clock()
@@ -126,25 +137,24 @@ class CachedApiKeyStore:
         self._generation += 1
 
     async def _lookup(self, key_id: str, now: float) -> StoredKey | None:
-        """Read the key from the database, once for every call that misses meanwhile."""
+        """The key as the database says, waiting at most ``max_wait`` seconds from the
+        start of the lookup. The lookup runs in a task of its own: a caller that stops
+        waiting (it gave up, or it was cancelled) never cancels it, and what it reads is
+        kept for the next call."""
+        loop = asyncio.get_running_loop()
         loading = self._loading.get(key_id)
-        if loading is not None:
-            return await asyncio.shield(loading)
-        future: asyncio.Future[StoredKey | None] = asyncio.get_running_loop().create_future()
-        self._loading[key_id] = future
-        generation = self._generation
-        try:
-            stored = await self._inner.get(key_id)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as err:  # the waiters get the same error, then it is raised here
-            future.set_exception(err)
-            future.exception()  # marked retrieved: nobody may be waiting
-            raise
-        finally:
-            del self._loading[key_id]
-        future.set_result(stored)
+        if loading is None:
+            task = loop.create_task(self._read_now(key_id, now, self._generation))
+            loading = self._loading[key_id] = (loop.time(), task)
+            task.add_done_callback(lambda done: self._loaded(key_id, done))
+        began, task = loading
+        await asyncio.wait({task}, timeout=max(0.0, began + self._max_wait - loop.time()))
+        if not task.done():
+            raise _NoAnswerError(f"no answer to a key lookup within {self._max_wait:g} s")
+        return task.result()
+
+    async def _read_now(self, key_id: str, now: float, generation: int) -> StoredKey | None:
+        stored = await self._inner.get(key_id)
         self._outage.recovered()
         if generation != self._generation:
             return stored  # it may have read the key before a revocation cleared the cache
@@ -158,6 +168,12 @@ class CachedApiKeyStore:
                 self._read.clear()
             self._read[key_id] = (now, stored)
         return stored
+
+    def _loaded(self, key_id: str, task: asyncio.Task[StoredKey | None]) -> None:
+        if self._loading.get(key_id, (0.0, None))[1] is task:
+            del self._loading[key_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: every caller may have stopped waiting
 
     def _last_read(self, key_id: str) -> StoredKey:
         """The key as last read, if that is recent enough to stand in for the database."""

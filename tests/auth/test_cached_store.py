@@ -324,3 +324,23 @@ async def test_through_the_authenticator_an_outage_lets_known_keys_in_and_refuse
         await authenticator.authenticate_token(wrong_secret)
     with pytest.raises(DatabaseUnavailableError):
         await authenticator.authenticate_token(generate_api_key("live").token)
+
+
+async def test_a_database_that_does_not_answer_is_waited_for_a_bounded_time() -> None:
+    """A frozen or unreachable database (no refusal, no answer): callers stop waiting
+    after ``max_wait`` and are answered from the last read, or refused; the lookup
+    itself goes on, and what it finally reads is kept."""
+    inner, clock = CountingStore(), Clock()
+    store = CachedApiKeyStore(inner, ttl=5, max_wait=0.05, clock=clock)
+    await store.get("k1")
+    inner.release.clear()  # from now on the database holds every lookup
+    clock.now = 10.0
+    assert await store.get("k1") == KEY  # the last read, after 0.05 s
+    assert await store.get("k1") == KEY  # joins the lookup under way, past its wait
+    with pytest.raises(DatabaseUnavailableError):
+        await store.get("nope")
+    assert inner.gets == 3  # one lookup per key, however many calls
+    inner.release.set()
+    await asyncio.sleep(0.01)
+    assert await store.get("nope") is None  # read meanwhile, and kept
+    assert inner.gets == 3

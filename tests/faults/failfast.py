@@ -116,6 +116,7 @@ async def failfast_gateway(
         gateway = FailfastGateway(url, services, http, keys)
         first = await gateway.chat("used")
         assert first.status_code == 200, first.text
+        await services.inference.drain()  # its accounting done before any fault
         yield gateway
 
 

@@ -55,8 +55,9 @@ async def test_a_frozen_redis_refuses_calls_at_once_and_they_work_again_after_it
 
 
 async def test_a_killed_redis_refuses_calls_at_once_and_service_resumes_when_it_restarts(
-    gateway: FailfastGateway, owned_redis: OwnedRedis
+    gateway: FailfastGateway, owned_redis: OwnedRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
     owned_redis.kill()
     for _ in range(5):
         assert_unavailable(await gateway.chat(), "ledger_unavailable")
@@ -65,6 +66,12 @@ async def test_a_killed_redis_refuses_calls_at_once_and_service_resumes_when_it_
     assert listed.status_code == 200, listed.text
     await asyncio.to_thread(owned_redis.start)  # empty: its state is lost (not this test's)
     await until(gateway.chat, 200, within=5)
+    told = [r.getMessage() for r in caplog.records if r.name.startswith("gateway")]
+    about_redis = [m for m in told if m.startswith("redis ")]
+    assert len(about_redis) == 2, told
+    assert about_redis[0].startswith("redis down: ")
+    assert about_redis[1].startswith("redis back after ")
+    assert about_redis[1].endswith(": 5 calls failed meanwhile")
 
 
 async def test_an_outage_with_many_refused_calls_logs_a_few_lines(
