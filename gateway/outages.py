@@ -7,8 +7,8 @@ lines in 5 s per gateway, measured). :class:`Outage` logs its start once at ERRO
 then at most every ``report_every`` seconds a WARNING with the count of failures, and
 its end at INFO with how long it lasted and how many calls failed::
 
-    redis down: TimeoutError: Timeout reading from Redis
-    redis still down after 30 s: 91442 calls failed so far (last: ConnectionError: ...)
+    redis down: LedgerUnavailableError: TimeoutError: Timeout reading from Redis
+    redis still down after 30 s: 91442 calls failed so far (last: LedgerUnavailable...)
     redis back after 41.2 s: 120012 calls failed meanwhile
 """
 

@@ -120,6 +120,8 @@ class CachedApiKeyStore:
         if len(self._touched) >= self._max_entries:
             self._touched.clear()
         self._touched[key_id] = now
+        if self._outage.down:
+            return  # only bookkeeping: no call waits on a database known to be out of reach
         try:
             await self._inner.touch(key_id, when)
         except DATABASE_ERRORS as err:
