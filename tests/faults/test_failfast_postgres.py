@@ -61,13 +61,15 @@ async def test_while_postgres_is_down_known_keys_still_call_models_and_the_rest_
     for _ in range(3):
         answer = await gateway.chat("used")
         assert answer.status_code == 200, answer.text
+    models = await gateway.http.get("/v1/models", headers=gateway.auth("used"))
+    assert models.status_code == 200, models.text
     for key in ("spare", UNKNOWN_KEY):
         error = assert_unavailable(await gateway.chat(key), "database_unavailable")
         assert "database" in error["message"]
-        assert_unavailable(
-            await gateway.http.get("/api/v1/workloads", headers=gateway.auth(key)),
-            "database_unavailable",
-        )
+        for path in ("/v1/models", "/api/v1/workloads"):
+            assert_unavailable(
+                await gateway.http.get(path, headers=gateway.auth(key)), "database_unavailable"
+            )
 
     used = gateway.auth("used")
     admin = gateway.auth("admin")
@@ -75,9 +77,13 @@ async def test_while_postgres_is_down_known_keys_still_call_models_and_the_rest_
         await gateway.http.post("/api/v1/workloads", json=GANG, headers=used),
         await gateway.http.get("/api/v1/workloads", headers=used),
         await gateway.http.get(f"/api/v1/workloads/{'0' * 32}", headers=used),
+        await gateway.http.get(f"/api/v1/workloads/{'0' * 32}/logs", headers=used),
+        await gateway.http.delete(f"/api/v1/workloads/{'0' * 32}", headers=used),
         await gateway.http.get("/api/v1/usage", headers=used),
         await gateway.http.get("/api/v1/admin/tenants", headers=admin),
         await gateway.http.get("/api/v1/admin/config", headers=admin),
+        await gateway.http.get("/api/v1/admin/models", headers=admin),
+        await gateway.http.get("/api/v1/admin/keys", headers=admin),
         await gateway.http.post(
             "/api/v1/admin/tenants/alpha/keys", json={"principal": "x"}, headers=admin
         ),
