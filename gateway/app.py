@@ -67,7 +67,11 @@ class GatewayApp(Litestar):
 def create_app(settings: Settings | None = None) -> GatewayApp:
     services = Services.build(settings or Settings.from_env())
     return GatewayApp(
-        inference_routes=InferenceRoutes(services.authenticator, services.inference),
+        inference_routes=InferenceRoutes(
+            services.authenticator,
+            services.inference,
+            database_outage=services.outages.database,
+        ),
         route_handlers=[
             HealthController,
             WorkloadController,
@@ -90,5 +94,6 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         request_class=GatewayRequest,
         openapi_config=openapi_config(),
         on_startup=[describe_api],
-        state=State({"services": services}),
+        # "outages": the exception handlers count database outages there (gateway.errors).
+        state=State({"services": services, "outages": services.outages}),
     )

@@ -17,6 +17,7 @@ from litestar.exceptions import (
 from litestar.params import ParameterKwarg
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from gateway.outages import DATABASE_ERRORS, DATABASE_RETRY_AFTER, Outages, database_unavailable
 from quota.errors import QuotaError
 from quota.resources import QuantityError
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -138,6 +139,22 @@ def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "internal error")
 
 
+def _database(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """A 503 naming the database when it is out of reach (logged once per outage, by
+    the app's :class:`Outages` when it has some); any other such error is a 500."""
+    if not database_unavailable(exc):
+        return _internal(request, exc)
+    outages = request.app.state.get("outages")
+    if isinstance(outages, Outages):
+        outages.database.failed(exc)
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database is unavailable; retry shortly",
+        {"retry-after": DATABASE_RETRY_AFTER},
+    )
+
+
 exception_handlers: dict[Any, Any] = {
     HTTPException: _http,
     NotAuthorizedException: _http,
@@ -147,5 +164,6 @@ exception_handlers: dict[Any, Any] = {
     InvalidRequestError: _domain,
     QuotaError: _domain,
     QuantityError: _domain,
+    **dict.fromkeys(DATABASE_ERRORS, _database),
     HTTP_500_INTERNAL_SERVER_ERROR: _internal,
 }

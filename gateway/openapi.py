@@ -84,7 +84,10 @@ _DESCRIPTIONS = {
     422: "Well formed, but not a valid request (the message says why).",
     429: "A quota refused it; Retry-After says when to try again.",
     502: "The backend or upstream failed or answered malformed.",
-    503: "A service the gateway needs is out of reach (an OIDC issuer's keys, the ledger).",
+    503: (
+        "A service the gateway needs is out of reach (the database, the token ledger, an "
+        "OIDC issuer's keys): error.code names it; Retry-After says when to try again."
+    ),
     504: "The upstream did not answer in time.",
 }
 
@@ -95,6 +98,11 @@ _HEADERS: dict[int, dict[str, OpenAPIHeader | Reference]] = {
         )
     },
     429: {
+        "Retry-After": OpenAPIHeader(
+            schema=Schema(type=OpenAPIType.STRING), description="Seconds to wait."
+        )
+    },
+    503: {
         "Retry-After": OpenAPIHeader(
             schema=Schema(type=OpenAPIType.STRING), description="Seconds to wait."
         )

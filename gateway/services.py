@@ -24,6 +24,7 @@ from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
+from gateway.outages import Outages, database_unavailable
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
@@ -73,13 +74,20 @@ class Services:
     # What the queues had spent of their budgets before this process started, read
     # once from the usage records for an in-process ledger (gateway.usage.budgets).
     spent_before_start: SpentBudgets | None = None
+    outages: Outages = field(default_factory=Outages)  # logged once each, not per call
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
         create_private_database(settings.database.url)
         database = Database(settings.database.url)
         pepper = load_pepper(settings)
-        api_keys = CachedApiKeyStore(SqlApiKeyStore(database))
+        outages = Outages()
+        api_keys = CachedApiKeyStore(
+            SqlApiKeyStore(database),
+            ttl=settings.auth.key_cache_seconds,
+            stale_for=settings.auth.key_stale_seconds,
+            outage=outages.database,
+        )
         authenticator = Authenticator(
             api_keys=api_keys,
             pepper=pepper,
@@ -101,11 +109,20 @@ class Services:
                 total=options.total_timeout,
             )
         )
-        recorder = UsageRecorder(database)
+        recorder = UsageRecorder(database, outage=outages.database)
         # Nothing connects here: the ledger learns the quota tree at the first reload.
-        ledger = create_ledger(options.redis_url, QuotaConfig(), prefix=options.ledger_prefix)
+        ledger = create_ledger(
+            options.redis_url,
+            QuotaConfig(),
+            prefix=options.ledger_prefix,
+            timeout=options.redis_timeout,
+        )
         inference = InferenceService(
-            ledger=ledger, client=upstreams, policy=policy, recorder=recorder
+            ledger=ledger,
+            client=upstreams,
+            policy=policy,
+            recorder=recorder,
+            ledger_outage=outages.redis,
         )
         health = HealthChecker(
             inference.catalog.registry, upstreams, interval=options.health_interval
@@ -122,6 +139,7 @@ class Services:
             inference=inference,
             health=health,
             backends=backends,
+            outages=outages,
         )
 
     async def reload_config(self) -> None:
@@ -156,8 +174,9 @@ class Services:
         except LedgerUnavailableError as err:
             # The config is stored and served; the shared ledger learns it when it is
             # back: leaving the version unset makes the watcher reload again.
-            log.error("the token ledger did not take the new config (will retry): %s", err)
+            self.outages.redis.failed(err)
             return
+        self.outages.redis.recovered()
         self.config_version = version
 
     async def announce_isolation(self) -> None:
@@ -179,8 +198,13 @@ class Services:
                 self.credentials_version = credentials
             if version != self.config_version:
                 await self.reload_config()
-        except Exception:  # the top of a background task: log, never die
-            log.exception("cannot reload the config; retrying")
+        except Exception as err:  # the top of a background task: log, never die
+            if database_unavailable(err):
+                self.outages.database.failed(err)  # said once per outage, not every second
+            else:
+                log.exception("cannot reload the config; retrying")
+            return
+        self.outages.database.recovered()
 
     async def warn_without_admin(self) -> None:
         """Say at start when nobody could administer this gateway, and how to fix it."""

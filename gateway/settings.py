@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,12 @@ class AuthSettings:
     oidc_jwks_uri: str | None = None
     oidc_tenant_claim: str = "tenant"
     oidc_roles_claim: str = "roles"
+    # How long a key lookup is trusted before the database is asked again
+    # (IGNARA_KEY_CACHE_SECONDS; revocations seen by another replica apply sooner).
+    key_cache_seconds: float = 5.0
+    # While the database is unavailable, a key this gateway read in the last so many
+    # seconds keeps working as it was then (IGNARA_KEY_STALE_SECONDS; 0: none does).
+    key_stale_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,10 @@ class InferenceSettings:
     # Keys in that Redis start with this (IGNARA_LEDGER_PREFIX): gateways that must
     # share quotas share a prefix; separate deployments on one Redis do not.
     ledger_prefix: str = "ignara"
+    # Connecting to that Redis and each wait for its replies (IGNARA_REDIS_TIMEOUT, s):
+    # a frozen or unreachable Redis fails calls (503) within this, never hangs them.
+    # ``?socket_timeout=`` / ``?socket_connect_timeout=`` in REDIS_URL win over it.
+    redis_timeout: float = 0.5
     connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
@@ -147,6 +158,12 @@ class Settings:
                 oidc_jwks_uri=env.get("OIDC_JWKS_URI") or None,
                 oidc_tenant_claim=env.get("OIDC_TENANT_CLAIM", AuthSettings.oidc_tenant_claim),
                 oidc_roles_claim=env.get("OIDC_ROLES_CLAIM", AuthSettings.oidc_roles_claim),
+                key_cache_seconds=_seconds(
+                    env, "IGNARA_KEY_CACHE_SECONDS", AuthSettings.key_cache_seconds
+                ),
+                key_stale_seconds=_seconds(
+                    env, "IGNARA_KEY_STALE_SECONDS", AuthSettings.key_stale_seconds
+                ),
             ),
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root),
@@ -162,6 +179,9 @@ class Settings:
             inference=InferenceSettings(
                 redis_url=env.get("REDIS_URL") or None,
                 ledger_prefix=env.get("IGNARA_LEDGER_PREFIX", InferenceSettings.ledger_prefix),
+                redis_timeout=_seconds(
+                    env, "IGNARA_REDIS_TIMEOUT", InferenceSettings.redis_timeout, positive=True
+                ),
                 connect_timeout=float(
                     env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)
                 ),
@@ -178,6 +198,21 @@ class Settings:
                 key_env={name: value for name, value in env.items() if rule.allows(name)},
             ),
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: bool = False) -> float:
+    """A duration in seconds from ``env[name]``; ``ValueError`` names a bad one."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(
+            f"{name} must be a {'positive' if positive else 'non-negative'} "
+            f"number of seconds, not {raw!r}"
+        )
+    return value
 
 
 def _flag(value: str) -> bool:

@@ -16,6 +16,11 @@ AuthenticationError                  401  base; never carries a secret in its me
  |    +-- InvalidIssuerError         401  invalid_issuer
  |    +-- InvalidAudienceError       401  invalid_audience
  +-- JwksUnavailableError            503  jwks_unavailable: the issuer's keys cannot be fetched
+ +-- DatabaseUnavailableError        503  database_unavailable: the key cannot be looked up (and
+                                          this gateway has no recent verified copy of it)
+
+A 503 says when to try again (``retry_after``, sent as ``Retry-After``): the key may
+well be valid, so the caller should not treat it as refused.
 
 Messages are fixed per class; the few that take a detail get only names (of a claim, an
 algorithm), never a token, key or secret.
@@ -23,8 +28,11 @@ algorithm), never a token, key or secret.
 
 from __future__ import annotations
 
+from gateway.outages import DATABASE_RETRY_AFTER
+
 __all__ = [
     "AuthenticationError",
+    "DatabaseUnavailableError",
     "ExpiredApiKeyError",
     "ExpiredTokenError",
     "InvalidApiKeyError",
@@ -48,6 +56,7 @@ class AuthenticationError(Exception):
     code: str = "authentication_failed"
     status_code: int = 401
     default_message: str = "Authentication failed."
+    retry_after: str | None = None  # seconds, for a 503
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or self.default_message
@@ -151,3 +160,16 @@ class JwksUnavailableError(AuthenticationError):
     code = "jwks_unavailable"
     status_code = 503
     default_message = "The identity provider's signing keys are unavailable; try again later."
+    retry_after = "30"  # the JWKS is fetched again at most every 30 s (OidcSettings)
+
+
+class DatabaseUnavailableError(AuthenticationError):
+    """The API key cannot be looked up: the database is out of reach (not the caller's
+    fault, and the key may be valid)."""
+
+    code = "database_unavailable"
+    status_code = 503
+    default_message = (
+        "The database is unavailable, so the API key cannot be checked; retry shortly."
+    )
+    retry_after = DATABASE_RETRY_AFTER

@@ -5,10 +5,11 @@ Mount it with :func:`auth_middleware`::
     Litestar(..., middleware=[auth_middleware(authenticator)])
 
 A handler then reads ``request.user`` (an :class:`Identity`). A failure never reaches
-the handler: the middleware answers itself, 401 (503 when the issuer's keys cannot be
-fetched) with ``{"error": {"code": ..., "message": ...}}`` and ``WWW-Authenticate:
-Bearer``. Answering here rather than raising keeps the status right for metrics
-middleware outside this one. A handler opts out with ``opt={"exclude_from_auth": True}``.
+the handler: the middleware answers itself, 401 with ``WWW-Authenticate: Bearer``, or
+503 with ``Retry-After`` when the issuer's keys cannot be fetched or the database
+cannot be asked about a key, with ``{"error": {"code": ..., "message": ...}}``.
+Answering here rather than raising keeps the status right for metrics middleware
+outside this one. A handler opts out with ``opt={"exclude_from_auth": True}``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
         try:
             result = await self.authenticate_request(ASGIConnection(scope))
         except AuthenticationError as err:
-            self._log.info("authentication refused (%s) for %r", err.code, scope["path"])
+            if err.status_code == 401:  # a 503's cause is logged once per outage, not per call
+                self._log.info("authentication refused (%s) for %r", err.code, scope["path"])
             await self._refuse(scope, send, err)
             return
         scope["user"] = result.user
@@ -122,8 +124,8 @@ def one_authorization(values: Sequence[str]) -> str | None:
 
 
 async def send_refusal(send: Send, err: AuthenticationError, realm: str) -> None:
-    """Answer a failed authentication over HTTP: its status, a JSON body, and for a 401
-    the RFC 6750 challenge."""
+    """Answer a failed authentication over HTTP: its status, a JSON body, for a 401
+    the RFC 6750 challenge, and for a 503 when to try again."""
     body = msgspec.json.encode(error_body(err.status_code, err.code, err.message))
     headers = [
         (b"content-type", b"application/json"),
@@ -132,6 +134,8 @@ async def send_refusal(send: Send, err: AuthenticationError, realm: str) -> None
     ]
     if err.status_code == 401:
         headers.append((b"www-authenticate", _challenge(err, realm).encode("latin-1")))
+    if err.retry_after is not None:
+        headers.append((b"retry-after", err.retry_after.encode("ascii")))
     start: Message = {"type": "http.response.start", "status": err.status_code, "headers": headers}
     await send(start)
     end: Message = {"type": "http.response.body", "body": body, "more_body": False}

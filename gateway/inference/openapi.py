@@ -108,7 +108,10 @@ def _call(operation_id: str, summary: str, body: RequestBody, *, streams: bool) 
         "404": "The model does not exist or is not the caller's (code model_not_found).",
         "429": "A token or request quota refused the call; Retry-After says when to retry.",
         "502": "No upstream answered, or it answered malformed JSON.",
-        "503": "The token ledger (Redis) is out of reach: calls are refused.",
+        "503": (
+            "The token ledger (Redis, code ledger_unavailable) or, for a key this gateway "
+            "has not read recently, the database (database_unavailable) is out of reach."
+        ),
         "504": "The upstream did not answer in time.",
     }
     return PathItem(

@@ -20,7 +20,6 @@ import logging
 from collections.abc import Mapping
 from typing import cast
 
-import msgspec
 from litestar.enums import ScopeType
 from litestar.response.streaming import ASGIStreamingResponse
 from litestar.types import HTTPRequestEvent, HTTPScope, Message, Receive, Scope, Send
@@ -28,10 +27,10 @@ from litestar.types import HTTPRequestEvent, HTTPScope, Message, Receive, Scope,
 from gateway.auth import Authenticator
 from gateway.auth.errors import AuthenticationError
 from gateway.auth.middleware import one_authorization, send_refusal
-from gateway.errors import error_body
 from gateway.inference.calls import CallKind
 from gateway.inference.problems import InferenceError
 from gateway.inference.service import Answer, InferenceService
+from gateway.outages import DATABASE_RETRY_AFTER, Outage, database_unavailable
 
 __all__ = ["MAX_BODY_BYTES", "ROUTES", "InferenceRoutes"]
 
@@ -67,9 +66,11 @@ class InferenceRoutes:
         *,
         realm: str = "ignara",
         max_body_bytes: int = MAX_BODY_BYTES,
+        database_outage: Outage | None = None,
     ) -> None:
         self._authenticator = authenticator
         self._service = service
+        self._database_outage = database_outage or Outage("database")
         self._realm = realm
         self._max_body_bytes = max_body_bytes
 
@@ -89,21 +90,25 @@ class InferenceRoutes:
         headers, authorizations = _headers(scope)
         try:
             identity = await self._authenticator.authenticate(one_authorization(authorizations))
-        except AuthenticationError as err:
-            log.info("authentication refused (%s) for %r", err.code, scope["path"])
-            await send_refusal(send, err, self._realm)
-            return
-        try:
             raw = await self._body(receive, headers.get("content-length"))
             answer = await self._service.handle(identity, kind, raw, headers)
+        except AuthenticationError as err:
+            if err.status_code == 401:  # a 503's cause is logged once per outage, not per call
+                log.info("authentication refused (%s) for %r", err.code, scope["path"])
+            await send_refusal(send, err, self._realm)
+            return
         except _ClientLeftError:
             return
         except InferenceError as problem:
             await _send_problem(send, problem)
             return
-        except Exception:  # the ASGI boundary: a JSON 500 and the trace logged, as Litestar does
-            log.exception("unhandled error on POST %s", scope["path"])
-            await _send(send, 500, _JSON, _INTERNAL_ERROR)
+        except Exception as err:  # the ASGI boundary: JSON, whatever went wrong
+            if not database_unavailable(err):  # a bug: its trace logged, as Litestar does
+                log.exception("unhandled error on POST %s", scope["path"])
+                await _send_problem(send, _INTERNAL_ERROR)
+                return
+            self._database_outage.failed(err)  # said once per outage, not per call
+            await _send_problem(send, _DATABASE_UNAVAILABLE)
             return
         if isinstance(answer, Answer):
             content = [(b"content-type", answer.media_type.encode("latin-1"))]
@@ -138,7 +143,15 @@ class InferenceRoutes:
 
 _JSON = [(b"content-type", b"application/json")]
 
-_INTERNAL_ERROR = msgspec.json.encode(error_body(500, "internal_error", "internal error"))
+_INTERNAL_ERROR = InferenceError(500, "api_error", "internal error", code="internal_error")
+
+_DATABASE_UNAVAILABLE = InferenceError(
+    503,
+    "api_error",
+    "the database is unavailable; retry shortly",
+    code="database_unavailable",
+    headers={"retry-after": DATABASE_RETRY_AFTER},
+)
 
 _NOT_ALLOWED = InferenceError(
     405,

@@ -42,6 +42,7 @@ from gateway.inference.sse import StreamAccountant, error_event
 from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
 from gateway.inference.waiting import WaitLine
 from gateway.ledgers import Grant, Ledger, LedgerUnavailableError, Refusal
+from gateway.outages import Outage
 from gateway.policy import Decision, PolicyEngine
 from gateway.usage import UsageRecord, UsageRecorder
 
@@ -116,6 +117,7 @@ class InferenceService:
         recorder: UsageRecorder,
         catalog: Catalog | None = None,
         clock: Callable[[], float] = time.time,
+        ledger_outage: Outage | None = None,
     ) -> None:
         self.ledger = ledger
         self.client = client
@@ -123,6 +125,7 @@ class InferenceService:
         self.recorder = recorder
         self.catalog = catalog or Catalog()
         self.clock = clock  # the ledger's time (tests set it)
+        self.ledger_outage = ledger_outage or Outage("token ledger")  # logged once, not per call
         self.waiting = WaitLine()
         self._settling: set[asyncio.Task[None]] = set()
 
@@ -292,7 +295,7 @@ class InferenceService:
                     result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
         except LedgerUnavailableError as err:
             # Fail closed: without the shared ledger no quota can be checked.
-            log.error("the token ledger is unavailable: %s", err)
+            self.ledger_outage.failed(err)
             raise InferenceError(
                 503,
                 "api_error",
@@ -300,6 +303,7 @@ class InferenceService:
                 code="ledger_unavailable",
                 headers={"retry-after": "1"},
             ) from None
+        self.ledger_outage.recovered()
         if isinstance(result, Refusal):
             raise InferenceError(
                 429,
@@ -403,7 +407,7 @@ class InferenceService:
         try:
             await self.ledger.reconcile(grant, amounts_for(grant.amounts, used), now=self.clock())
         except LedgerUnavailableError as err:  # it expires with its window instead
-            log.error("cannot reconcile reservation %s: %s", grant.id, err)
+            self.ledger_outage.failed(err)
         if used < context.call.estimate:
             self.waiting.notify(context.queue, grant.flavor)
         self._record(context, outcome)
@@ -412,8 +416,8 @@ class InferenceService:
         """The call produced nothing: the whole reservation goes back."""
         try:
             await self.ledger.release(context.grant, now=self.clock())
-        except LedgerUnavailableError as err:
-            log.error("cannot release reservation %s: %s", context.grant.id, err)
+        except LedgerUnavailableError as err:  # it expires with its window instead
+            self.ledger_outage.failed(err)
         self.waiting.notify(context.queue, context.grant.flavor)
         self._record(context, _Outcome(0, 0, status, endpoint, context.call.stream))
 

@@ -15,7 +15,7 @@ from gateway.ledgers.base import (
     UnknownQueueError,
 )
 from gateway.ledgers.memory import MemoryLedger
-from gateway.ledgers.redis_ledger import RedisLedger
+from gateway.ledgers.redis_ledger import DEFAULT_SOCKET_TIMEOUT, RedisLedger
 from quota.model import QuotaConfig
 
 __all__ = [
@@ -30,8 +30,18 @@ __all__ = [
 ]
 
 
-def create_ledger(redis_url: str | None, config: QuotaConfig, *, prefix: str = "ignara") -> Ledger:
-    """A ledger shared through Redis when ``redis_url`` is set, else an in-process one."""
+def create_ledger(
+    redis_url: str | None,
+    config: QuotaConfig,
+    *,
+    prefix: str = "ignara",
+    timeout: float = DEFAULT_SOCKET_TIMEOUT,
+) -> Ledger:
+    """A ledger shared through Redis when ``redis_url`` is set, else an in-process one.
+    ``timeout``: seconds to connect to Redis and to wait for each reply (the URL's
+    ``socket_timeout`` / ``socket_connect_timeout`` win over it)."""
     if redis_url:
-        return RedisLedger.from_url(redis_url, config, prefix=prefix)
+        return RedisLedger.from_url(
+            redis_url, config, prefix=prefix, socket_connect_timeout=timeout, socket_timeout=timeout
+        )
     return MemoryLedger(config)

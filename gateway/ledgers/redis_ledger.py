@@ -62,7 +62,7 @@ from quota.model import QuotaConfig, iter_quotas
 from quota.resources import MILLI, FlavorResource
 from quota.tree import ResourceNode, path_to_root, potential_available
 
-__all__ = ["RedisLedger"]
+__all__ = ["DEFAULT_SOCKET_TIMEOUT", "RedisLedger"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ _PERIOD_EDGE = 0.001
 _SETTLE_ONLY = b'{"n":[],"r":[]}'
 
 _STORE_ERRORS = (RedisError, OSError, TimeoutError)
+
+# Seconds to connect, and to wait for a reply (the Lua scripts take well under a ms).
+DEFAULT_SOCKET_TIMEOUT = 0.5
 
 
 def _script(name: str) -> LuaScript:
@@ -142,17 +145,19 @@ class RedisLedger:
         prefix: str = "ignara",
         max_connections: int = 4,
         timeout: float | None = 5.0,
-        socket_connect_timeout: float | None = 5.0,
-        socket_timeout: float | None = None,
+        socket_connect_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
+        socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
     ) -> RedisLedger:
         """A ledger on its own pool of at most ``max_connections`` connections.
 
         Its calls, however many run at once, share one connection of the pool (a
         broken one is replaced while it is given back, so two at most), taken when
         the first call needs it: waiting for it takes up to ``timeout`` seconds (None:
-        for ever). ``socket_connect_timeout`` and ``socket_timeout`` (each read; None:
-        no limit) bound how long an unreachable or hung server can hold a call.
-        Options in the URL's query string (``?socket_timeout=2``) win over these.
+        for ever). ``socket_connect_timeout`` and ``socket_timeout`` (each read, and
+        the wait for each reply; None: no limit) bound how long an unreachable or
+        frozen server can hold a call: short by default, since every inference call
+        waits on the ledger and a refusal (503) at once beats a hang. Options in the
+        URL's query string (``?socket_timeout=2``) win over these.
         """
         pool = BlockingConnectionPool.from_url(
             url,

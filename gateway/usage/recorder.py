@@ -4,6 +4,9 @@ bounded in-memory buffer, and one background task writes it to SQL in batches.
 A failed write keeps its batch (it is retried with back-off); only when the buffer
 is full are new records dropped, counted and logged, so a database outage costs
 memory up to ``max_pending`` records and never blocks or fails an inference call.
+A write that fails because the database is out of reach is told to the database's
+:class:`~gateway.outages.Outage` (logged once per outage), any other failure is
+logged with its trace.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from gateway.outages import Outage, database_unavailable
 from tenants import Database
 from tenants.services.usage import UsageRecord, insert_usage
 
@@ -51,6 +55,7 @@ class UsageRecorder:
         retry_max: float = 10.0,
         stop_timeout: float = 30.0,
         insert: InsertUsage = insert_usage,
+        outage: Outage | None = None,
     ) -> None:
         if batch_size < 1 or max_pending < batch_size:
             raise ValueError("usage recorder: need 1 <= batch_size <= max_pending")
@@ -64,6 +69,7 @@ class UsageRecorder:
         self._retry_max = retry_max
         self._stop_timeout = stop_timeout
         self._insert = insert
+        self._outage = outage or Outage("database")
         # Written from the left by the flusher only: record() appends on the right,
         # so the head batch stays put while it is being written.
         self._pending: deque[UsageRecord] = deque()
@@ -163,18 +169,22 @@ class UsageRecorder:
             if not stopping and failed == 0:
                 await self._pause(self._wake, self._flush_interval)
                 self._wake.clear()
+            written = self._written
             try:
                 await self.flush()
-            except Exception:  # the top of a background task: log, keep the batch, retry
+            except Exception as err:  # the top of a background task: log, keep the batch, retry
                 failed += 1
                 self._failures += 1
                 delay = self._backoff(failed)
-                log.exception(
-                    "cannot write %d usage records (attempt %d); retrying in %.1fs",
-                    min(len(self._pending), self._batch_size),
-                    failed,
-                    delay,
-                )
+                if database_unavailable(err):
+                    self._outage.failed(err)
+                else:
+                    log.exception(
+                        "cannot write %d usage records (attempt %d); retrying in %.1fs",
+                        min(len(self._pending), self._batch_size),
+                        failed,
+                        delay,
+                    )
                 if stopping:
                     remaining = self._deadline - time.monotonic()
                     if remaining <= 0:
@@ -186,6 +196,8 @@ class UsageRecorder:
                     await self._pause(self._stopping, delay)  # stop() retries at once
                 continue
             failed = 0
+            if self._written != written:  # it wrote, so the database answers
+                self._outage.recovered()
             if stopping and not self._pending:
                 # No await since the check: closing now means no record can slip in
                 # between the last write and the close.

@@ -1,15 +1,31 @@
 """The key cache in front of SQL: fresh for a while, one lookup for a burst of
-misses, revocation through this replica at once, last-used written now and then."""
+misses, revocation through this replica at once, last-used written now and then; and
+while the database is unavailable, keys read recently work as read, others are a 503."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
+from gateway.auth import (
+    Authenticator,
+    InMemoryApiKeyStore,
+    InvalidApiKeyError,
+    RevokedApiKeyError,
+    generate_api_key,
+    hash_secret,
+)
+from gateway.auth.errors import DatabaseUnavailableError
 from gateway.auth.keys import StoredKey
-from gateway.auth.store import CachedApiKeyStore
+from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
+from gateway.outages import Outage
+from tenants import Database
+from tests.support.gateways import free_port
 
 KEY = StoredKey(
     key_id="k1",
@@ -132,3 +148,201 @@ async def test_clear_forgets_every_key_and_a_lookup_begun_before_it() -> None:
     assert await reading is None
     await store.get("nope")
     assert inner.gets == 4  # the answer read before the clear was not kept
+
+
+# -- while the database is unavailable ----------------------------------------------------
+
+
+class FlakyDatabase:
+    """Keys from memory while up; while down, what a real lookup gets from a PostgreSQL
+    nobody listens for (asyncpg's connection refused, through SQLAlchemy)."""
+
+    def __init__(self, *keys: StoredKey) -> None:
+        self.keys = InMemoryApiKeyStore(keys)
+        self.down = False
+        self.gets = 0
+        self.gone = Database(f"postgresql://postgres@127.0.0.1:{free_port()}/ignara")
+        self._gone = SqlApiKeyStore(self.gone)
+
+    async def get(self, key_id: str) -> StoredKey | None:
+        self.gets += 1
+        return await (self._gone if self.down else self.keys).get(key_id)
+
+    async def touch(self, key_id: str, when: datetime) -> None:
+        await (self._gone if self.down else self.keys).touch(key_id, when)
+
+
+@pytest.fixture
+async def flaky() -> AsyncIterator[FlakyDatabase]:
+    database = FlakyDatabase(KEY)
+    yield database
+    await database.gone.dispose()
+
+
+async def test_while_the_database_is_down_a_key_read_recently_works_as_it_was_read(
+    flaky: FlakyDatabase,
+) -> None:
+    clock = Clock()
+    store = CachedApiKeyStore(flaky, ttl=5, stale_for=600, clock=clock)
+    assert await store.get("k1") == KEY
+    flaky.down = True
+    clock.now = 10.0  # past the ttl: the database is asked, and fails
+    assert await store.get("k1") == KEY
+    clock.now = 600.0
+    assert await store.get("k1") == KEY
+    assert flaky.gets == 3  # each was a real attempt, not a cache hit
+    clock.now = 600.5  # too old to stand in for the database
+    with pytest.raises(DatabaseUnavailableError):
+        await store.get("k1")
+    flaky.down = False
+    assert await store.get("k1") == KEY
+
+
+async def test_while_the_database_is_down_a_key_never_read_is_unavailable_not_unknown(
+    flaky: FlakyDatabase,
+) -> None:
+    clock = Clock()
+    store = CachedApiKeyStore(flaky, ttl=5, clock=clock)
+    assert await store.get("absent") is None  # read as absent before the outage
+    flaky.down = True
+    clock.now = 10.0
+    for key_id in ("absent", "never-seen"):
+        with pytest.raises(DatabaseUnavailableError) as caught:
+            await store.get(key_id)
+        assert (caught.value.status_code, caught.value.code) == (503, "database_unavailable")
+        assert caught.value.retry_after is not None
+
+
+async def test_a_key_revoked_through_this_gateway_is_never_served_from_an_old_read(
+    flaky: FlakyDatabase,
+) -> None:
+    clock = Clock()
+    store = CachedApiKeyStore(flaky, clock=clock)
+    await store.get("k1")
+    store.invalidate("k1")
+    flaky.down = True
+    with pytest.raises(DatabaseUnavailableError):
+        await store.get("k1")
+
+
+async def test_clear_asks_the_database_again_but_keeps_the_last_read_for_an_outage(
+    flaky: FlakyDatabase,
+) -> None:
+    """The watcher clears the cache whenever any key changes anywhere: that must not
+    leave every tenant without service if the database goes down just after."""
+    store = CachedApiKeyStore(flaky, ttl=60, clock=Clock())
+    await store.get("k1")
+    store.clear()
+    flaky.down = True
+    assert await store.get("k1") == KEY
+    assert flaky.gets == 2
+
+
+async def test_no_stale_key_is_served_when_the_bound_is_zero(flaky: FlakyDatabase) -> None:
+    clock = Clock()
+    store = CachedApiKeyStore(flaky, ttl=5, stale_for=0, clock=clock)
+    await store.get("k1")
+    flaky.down = True
+    clock.now = 5.0
+    with pytest.raises(DatabaseUnavailableError):
+        await store.get("k1")
+
+
+async def test_errors_other_than_an_unavailable_database_are_not_hidden() -> None:
+    """A bug (here an integrity error, or an OSError of no database driver) is raised
+    as it is, not answered from an old read."""
+
+    class Broken:
+        error: Exception = IntegrityError("INSERT", None, Exception("duplicate"))
+
+        async def get(self, key_id: str) -> StoredKey | None:
+            raise self.error
+
+        async def touch(self, key_id: str, when: datetime) -> None:
+            raise self.error
+
+    store = CachedApiKeyStore(Broken(), clock=Clock())
+    with pytest.raises(IntegrityError):
+        await store.get("k1")
+    Broken.error = FileNotFoundError("/nowhere")
+    with pytest.raises(FileNotFoundError):
+        await store.get("k1")
+    with pytest.raises(FileNotFoundError):
+        await store.touch("k1", WHEN)
+
+
+async def test_an_outage_is_told_once_then_its_end(
+    flaky: FlakyDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
+    clock = Clock()
+    outage = Outage("database", clock=clock)
+    store = CachedApiKeyStore(flaky, ttl=5, outage=outage, clock=clock)
+    await store.get("k1")
+    flaky.down = True
+    clock.now = 10.0
+    for _ in range(50):
+        await store.get("k1")
+        with pytest.raises(DatabaseUnavailableError):
+            await store.get("other")
+    await store.touch("k1", WHEN)  # last_used is not even tried while it is down
+    assert outage.down and outage.failures == 100
+    flaky.down = False
+    assert await store.get("other") is None
+    assert not outage.down
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("database down: ConnectionRefusedError: ")
+    assert messages[1] == "database back after 0.0 s: 100 calls failed meanwhile"
+
+
+async def test_through_the_authenticator_an_outage_lets_known_keys_in_and_refuses_others(
+    flaky: FlakyDatabase,
+) -> None:
+    pepper = b"pepper-for-tests-0123456789"
+    good, revoked = generate_api_key("live"), generate_api_key("live")
+    for made, revoked_at in ((good, None), (revoked, WHEN)):
+        flaky.keys.add(
+            StoredKey(
+                made.key_id, "acme", "bot", hash_secret(made.secret, pepper), revoked_at=revoked_at
+            )
+        )
+    clock = Clock()
+    authenticator = Authenticator(
+        api_keys=CachedApiKeyStore(flaky, ttl=5, clock=clock), pepper=pepper
+    )
+    assert (await authenticator.authenticate_token(good.token)).tenant == "acme"
+    with pytest.raises(RevokedApiKeyError):
+        await authenticator.authenticate_token(revoked.token)
+    flaky.down = True
+    clock.now = 61.0  # past the ttl; last_used is due, but not tried while it is down
+    assert (await authenticator.authenticate_token(good.token)).tenant == "acme"
+    with pytest.raises(RevokedApiKeyError):  # revoked as read: still revoked
+        await authenticator.authenticate_token(revoked.token)
+    wrong_secret = good.token[:-4] + ("AAAA" if not good.token.endswith("AAAA") else "BBBB")
+    with pytest.raises(InvalidApiKeyError):  # an old read still checks the secret
+        await authenticator.authenticate_token(wrong_secret)
+    with pytest.raises(DatabaseUnavailableError):
+        await authenticator.authenticate_token(generate_api_key("live").token)
+
+
+async def test_a_database_that_does_not_answer_is_waited_for_a_bounded_time() -> None:
+    """A frozen or unreachable database (no refusal, no answer): callers stop waiting
+    after ``max_wait`` and are answered from the last read, or refused; the lookup
+    itself goes on, and what it finally reads is kept."""
+    inner, clock = CountingStore(), Clock()
+    store = CachedApiKeyStore(inner, ttl=5, max_wait=0.05, clock=clock)
+    await store.get("k1")
+    inner.release.clear()  # from now on the database holds every lookup
+    clock.now = 10.0
+    assert await store.get("k1") == KEY  # the last read, after 0.05 s
+    assert await store.get("k1") == KEY  # joins the lookup under way, past its wait
+    with pytest.raises(DatabaseUnavailableError):
+        await store.get("nope")
+    assert inner.gets == 3  # one lookup per key, however many calls
+    await asyncio.wait_for(store.touch("k1", WHEN), 1)  # last_used is not waited for
+    assert inner.touches == 0
+    inner.release.set()
+    await asyncio.sleep(0.01)
+    assert await store.get("nope") is None  # read meanwhile, and kept
+    assert inner.gets == 3

@@ -182,6 +182,7 @@ async def test_an_unreachable_issuer_is_a_503_without_challenge(
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "jwks_unavailable"
     assert "www-authenticate" not in response.headers
+    assert response.headers["retry-after"] == "30"  # when the issuer is asked again
 
 
 async def test_several_authorization_headers_are_refused(
