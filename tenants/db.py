@@ -56,6 +56,26 @@ def _write_ahead_log(dbapi_connection: Any, _: Any) -> None:
     cursor.close()
 
 
+# How long PostgreSQL may keep a caller waiting. asyncpg's own defaults (60 s to
+# connect, no bound on a query) let a frozen or unreachable server hold every request
+# for a minute; with these a request fails (503 database_unavailable) within seconds.
+PG_CONNECT_TIMEOUT_SECONDS = 5.0
+PG_COMMAND_TIMEOUT_SECONDS = 30.0  # the longest statement: an admission pass's read
+POOL_TIMEOUT_SECONDS = 10.0  # waiting for a pooled connection
+
+
+def _bounds(url: str) -> dict[str, Any]:
+    if make_url(url).get_backend_name() != "postgresql":
+        return {}
+    return {
+        "pool_timeout": POOL_TIMEOUT_SECONDS,
+        "connect_args": {
+            "timeout": PG_CONNECT_TIMEOUT_SECONDS,
+            "command_timeout": PG_COMMAND_TIMEOUT_SECONDS,
+        },
+    }
+
+
 class Database:
     """One engine and its session factory, made lazily: nothing connects on import."""
 
@@ -68,7 +88,9 @@ class Database:
     @property
     def engine(self) -> AsyncEngine:
         if self._engine is None:
-            self._engine = create_async_engine(async_url(self.url), pool_pre_ping=True)
+            self._engine = create_async_engine(
+                async_url(self.url), pool_pre_ping=True, **_bounds(self.url)
+            )
             if self._engine.dialect.name == "sqlite":
                 event.listen(self._engine.sync_engine, "connect", _write_ahead_log)
             self._sessions = async_sessionmaker(

@@ -11,6 +11,7 @@ from gateway.admission.leader import LeaderLock
 from gateway.admission.loop import AdmissionLoop, StaleDecisionError
 from gateway.backends import Backend
 from gateway.background import Rounds
+from gateway.outages import Outage, database_unavailable
 from tenants import Database
 
 __all__ = ["AdmissionRuntime"]
@@ -20,8 +21,15 @@ log = logging.getLogger(__name__)
 
 class AdmissionRuntime:
     def __init__(
-        self, database: Database, backends: Mapping[str, Backend], *, interval: float = 0.5
+        self,
+        database: Database,
+        backends: Mapping[str, Backend],
+        *,
+        interval: float = 0.5,
+        outage: Outage | None = None,
     ) -> None:
+        # A database outage fails every round; it is logged once, not every round.
+        self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
         self.loop = AdmissionLoop(database)
         self.dispatcher = Dispatcher(database, backends)
@@ -42,12 +50,17 @@ class AdmissionRuntime:
         """:meth:`step`, and whatever goes wrong in it logged, never raised."""
         try:
             await self.step()
-        except Exception:  # the top of a background task: log, never die
+        except Exception as err:  # the top of a background task: log, never die
             # A round that fails for any reason must not end admission for good (the
             # lock would stay held by a process that no longer admits): say why, give
             # the lock up so any replica may lead, and try again.
-            log.exception("admission round failed; releasing leadership and retrying")
+            if database_unavailable(err):
+                self.outage.failed(err)
+            else:
+                log.exception("admission round failed; releasing leadership and retrying")
             await self.lock.release()
+            return
+        self.outage.recovered()
 
     async def start(self) -> None:
         self._rounds.start()

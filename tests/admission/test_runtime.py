@@ -4,12 +4,14 @@ quota; cancel and preemption stop real processes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
@@ -171,6 +173,29 @@ async def test_a_failing_round_does_not_end_admission(
             break
         await asyncio.sleep(0.05)
     assert calls > 1 and (await row(database, wid)).state == "succeeded"
+
+
+async def test_a_database_outage_is_logged_once_not_every_round(
+    runtime: AdmissionRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every round fails while the database is down: one line says so, one its end."""
+    outage = True
+
+    async def down() -> Any:
+        if outage:
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("refused"))
+        return None
+
+    runtime.loop.run_pass = down  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        for _ in range(50):
+            await runtime.round()
+        outage = False
+        await runtime.round()
+    lines = [r for r in caplog.records if r.name.startswith("gateway.")]
+    assert [r.levelname for r in lines] == ["ERROR", "INFO"], [r.getMessage() for r in lines]
+    assert lines[0].getMessage().startswith("database down: ")
+    assert "50 calls failed meanwhile" in lines[1].getMessage()
 
 
 async def test_stopping_lets_the_pass_in_progress_end_and_gives_its_connection_back(

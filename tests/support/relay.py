@@ -17,6 +17,7 @@ class Relay:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.frozen = False
 
     async def start(self) -> None:
         """Listen (again, on the same port once it has one)."""
@@ -33,7 +34,23 @@ class Relay:
             await self._server.wait_closed()
             self._server = None
 
+    def freeze(self) -> None:
+        """Cut the open connections, then accept new ones and answer nothing on them:
+        a server that is there but does not answer (frozen, or a network that drops)."""
+        self.frozen = True
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    def thaw(self) -> None:
+        self.frozen = False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.frozen:
+            self._writers.add(writer)
+            await reader.read()  # until the client gives up; nothing is ever passed on
+            self._writers.discard(writer)
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
