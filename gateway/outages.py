@@ -88,12 +88,13 @@ class Outage:
     Usage::
 
         outage = Outage("redis")
+        began = outage.now()
         try:
             reply = await call()
         except LedgerUnavailableError as err:
             outage.failed(err)   # logs the first one; counts the rest
             raise
-        outage.recovered()       # logs the end of an outage, if one was under way
+        outage.recovered(began)  # logs the end of an outage, if one was under way
     """
 
     def __init__(
@@ -138,9 +139,17 @@ class Outage:
                 _describe(why),
             )
 
-    def recovered(self) -> None:
-        """A call succeeded: an outage under way is over. Cheap when none is."""
-        if self._since is None:
+    def now(self) -> float:
+        """The outage's clock: what a call notes as it begins, for :meth:`recovered`."""
+        return self._clock()
+
+    def recovered(self, began: float | None = None) -> None:
+        """A call succeeded: an outage under way is over. Cheap when none is.
+
+        ``began`` (from :meth:`now`) is when the call started: one that started before
+        the outage was seen may have finished on a connection the server was still
+        closing, which says nothing about whether it is back."""
+        if self._since is None or (began is not None and began < self._since):
             return
         self._log.info(
             "%s back after %.1f s: %d calls failed meanwhile",

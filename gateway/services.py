@@ -164,6 +164,7 @@ class Services:
             settings=inference,
         )
         self.health.registry = registry
+        began = self.outages.redis.now()
         try:
             await self.inference.ledger.update_config(quota)
             if self.spent_before_start is not None:
@@ -176,7 +177,7 @@ class Services:
             # back: leaving the version unset makes the watcher reload again.
             self.outages.redis.failed(err)
             return
-        self.outages.redis.recovered()
+        self.outages.redis.recovered(began)
         self.config_version = version
 
     async def announce_isolation(self) -> None:
@@ -189,6 +190,7 @@ class Services:
     async def check_config(self) -> None:
         """Another replica may change the config: reload when the audit log moved; and
         forget cached keys when keys changed (a revocation applies within a second)."""
+        began = self.outages.database.now()
         try:
             async with self.database.session() as session:
                 version = await config_version(session)
@@ -204,7 +206,7 @@ class Services:
             else:
                 log.exception("cannot reload the config; retrying")
             return
-        self.outages.database.recovered()
+        self.outages.database.recovered(began)
 
     async def warn_without_admin(self) -> None:
         """Say at start when nobody could administer this gateway, and how to fix it."""

@@ -52,7 +52,9 @@ class LeaderLock:
         return False
 
     async def still_held(self) -> bool:
-        """A lost connection means a lost lock: check before acting as leader."""
+        """A lost connection means a lost lock: check before acting as leader. The
+        error that lost it is raised after letting the lock go, so the caller knows
+        the database is out of reach rather than that another process leads."""
         if self._file is not None:
             return True
         if self._connection is None:
@@ -61,7 +63,7 @@ class LeaderLock:
             await self._connection.execute(text("SELECT 1"))
         except (SQLAlchemyError, OSError):
             await self.release()
-            return False
+            raise
         return True
 
     async def release(self) -> None:

@@ -48,6 +48,7 @@ class AdmissionRuntime:
 
     async def round(self) -> None:
         """:meth:`step`, and whatever goes wrong in it logged, never raised."""
+        began = self.outage.now()
         try:
             await self.step()
         except Exception as err:  # the top of a background task: log, never die
@@ -60,7 +61,7 @@ class AdmissionRuntime:
                 log.exception("admission round failed; releasing leadership and retrying")
             await self.lock.release()
             return
-        self.outage.recovered()
+        self.outage.recovered(began)
 
     async def start(self) -> None:
         self._rounds.start()

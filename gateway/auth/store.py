@@ -156,8 +156,9 @@ class CachedApiKeyStore:
         return task.result()
 
     async def _read_now(self, key_id: str, now: float, generation: int) -> StoredKey | None:
+        began = self._outage.now()
         stored = await self._inner.get(key_id)
-        self._outage.recovered()
+        self._outage.recovered(began)
         if generation != self._generation:
             return stored  # it may have read the key before a revocation cleared the cache
         if len(self._found) >= self._max_entries:

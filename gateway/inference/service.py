@@ -286,6 +286,7 @@ class InferenceService:
         def attempt() -> Awaitable[Grant | Refusal]:
             return self.ledger.reserve(queue, flavor, amounts, now=self.clock())
 
+        began = self.ledger_outage.now()
         try:
             if max_wait is not None and self.waiting.waiting(queue, flavor):
                 result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
@@ -303,7 +304,7 @@ class InferenceService:
                 code="ledger_unavailable",
                 headers={"retry-after": "1"},
             ) from None
-        self.ledger_outage.recovered()
+        self.ledger_outage.recovered(began)
         if isinstance(result, Refusal):
             raise InferenceError(
                 429,

@@ -170,6 +170,7 @@ class UsageRecorder:
                 await self._pause(self._wake, self._flush_interval)
                 self._wake.clear()
             written = self._written
+            began = self._outage.now()
             try:
                 await self.flush()
             except Exception as err:  # the top of a background task: log, keep the batch, retry
@@ -197,7 +198,7 @@ class UsageRecorder:
                 continue
             failed = 0
             if self._written != written:  # it wrote, so the database answers
-                self._outage.recovered()
+                self._outage.recovered(began)
             if stopping and not self._pending:
                 # No await since the check: closing now means no record can slip in
                 # between the last write and the close.

@@ -86,3 +86,27 @@ async def test_a_bad_statement_or_an_unrelated_oserror_is_not_an_outage(tmp_path
         (tmp_path / "nowhere").read_text()
     assert not database_unavailable(missing.value)
     assert not database_unavailable(RuntimeError("a bug"))
+
+
+def test_a_call_begun_before_the_outage_does_not_end_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A call that started before the server went away may still finish well (on a
+    connection the server was closing): that proves nothing about it being back."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    clock = Clock()
+    outage = Outage("database", clock=clock)
+    early = outage.now()
+    clock.now += 0.01
+    outage.failed(ConnectionRefusedError())
+    clock.now += 0.01
+    outage.recovered(early)
+    assert outage.down
+    later = outage.now()
+    clock.now += 0.5
+    outage.recovered(later)
+    assert not outage.down
+    assert [r.getMessage() for r in caplog.records] == [
+        "database down: ConnectionRefusedError",
+        "database back after 0.5 s: 1 calls failed meanwhile",
+    ]
