@@ -232,9 +232,7 @@ class Services:
         await self.health.start()
         watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
         watcher.start()
-        self.runtime = AdmissionRuntime(
-            self.database, self.backends, outage=self.outages.database
-        )
+        self.runtime = AdmissionRuntime(self.database, self.backends, outage=self.outages.database)
         await self.runtime.start()
         try:
             yield
