@@ -1,0 +1,59 @@
+"""Declaring backends through the admin API: a secret variable the operator does not
+allow, or a bad field, is a 422 naming the field; nothing is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from tests.conftest import ADMIN_KEY
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def config(**backend: Any) -> dict[str, Any]:
+    hpc = {
+        "name": "hpc",
+        "kind": "slurm",
+        "url": "http://127.0.0.1:1",
+        "token_env": "IGNARA_SLURM_TOKEN",
+        **backend,
+    }
+    return {"flavors": [{"name": "h100", "backend": "hpc"}], "backends": [hpc]}
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient[Any]]:
+    with TestClient(app=create_app(settings)) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("backend", "field"),
+    [
+        ({"token_env": "DATABASE_URL"}, "backends[0].token_env"),
+        ({"token_env": "IGNARA_ADMIN_KEY"}, "backends[0].token_env"),
+        ({"api_version": "v0.0.40"}, "backends[0].api_version"),
+        ({"url": "not a url"}, "backends[0].url"),
+    ],
+)
+def test_a_bad_backend_is_a_422_naming_the_field(
+    client: TestClient[Any], backend: dict[str, Any], field: str
+) -> None:
+    response = client.post("/api/v1/admin/config", json=config(**backend), headers=ADMIN)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["message"].startswith(field)
+    assert client.get("/api/v1/admin/config", headers=ADMIN).json()["backends"] == []
+
+
+def test_a_declared_backend_is_served_and_exported(client: TestClient[Any]) -> None:
+    response = client.post("/api/v1/admin/config", json=config(), headers=ADMIN)
+    assert response.status_code == 201, response.text
+    stored = client.get("/api/v1/admin/config", headers=ADMIN).json()
+    assert stored["backends"][0]["name"] == "hpc"
+    assert stored["flavors"] == [{"name": "h100", "backend": "hpc"}]
