@@ -26,7 +26,7 @@ from gateway.backends.slurm.mapping import (
     job_request,
     job_status,
 )
-from gateway.backends.slurm.wire import WIRE_FORMATS, ApiError, JobRecord, V0038
+from gateway.backends.slurm.wire import V0038, WIRE_FORMATS, ApiError, JobRecord
 from tenants.config_file import SLURM_API_VERSIONS
 
 OPENAPI = Path(__file__).parent / "slurm-v0.0.38-job-properties.json"
