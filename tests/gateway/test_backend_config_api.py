@@ -16,6 +16,17 @@ from tests.conftest import ADMIN_KEY
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
+QUEUE = {
+    "name": "team-a",
+    "resource_groups": [
+        {
+            "resources": ["nvidia.com/gpu"],
+            "flavors": [{"name": "h100", "quotas": {"nvidia.com/gpu": {"nominal": 4}}}],
+        }
+    ],
+}
+
+
 def config(**backend: Any) -> dict[str, Any]:
     hpc = {
         "name": "hpc",
@@ -57,3 +68,38 @@ def test_a_declared_backend_is_served_and_exported(client: TestClient[Any]) -> N
     stored = client.get("/api/v1/admin/config", headers=ADMIN).json()
     assert stored["backends"][0]["name"] == "hpc"
     assert stored["flavors"] == [{"name": "h100", "backend": "hpc"}]
+
+
+def test_a_workload_naming_no_backend_must_be_allowed_where_its_flavor_sends_it(
+    client: TestClient[Any],
+) -> None:
+    body = {
+        **config(),
+        "cluster_queues": [QUEUE],
+        "tenants": [
+            {"name": "alpha", "queues": ["team-a"], "backends": ["local"]},
+            {"name": "beta", "queues": ["team-a"], "backends": ["hpc"]},
+        ],
+    }
+    assert client.post("/api/v1/admin/config", json=body, headers=ADMIN).status_code == 201
+    gang = {
+        "name": "g",
+        "queue": "team-a",
+        "pod_sets": [{"name": "w", "count": 2, "requests": {"nvidia.com/gpu": 1}}],
+        "max_runtime_seconds": 60,
+        "job": {"command": ["true"]},
+    }
+    keys = {}
+    for tenant in ("alpha", "beta"):
+        issued = client.post(
+            f"/api/v1/admin/tenants/{tenant}/keys",
+            json={"principal": f"{tenant}-bot", "roles": ["member"]},
+            headers=ADMIN,
+        )
+        keys[tenant] = {"Authorization": f"Bearer {issued.json()['token']}"}
+    # h100 sends work to hpc, which alpha may not use: refused before anything is stored.
+    refused = client.post("/api/v1/workloads", json=gang, headers=keys["alpha"])
+    assert refused.status_code == 403 and "hpc" in refused.json()["error"]["message"]
+    accepted = client.post("/api/v1/workloads", json=gang, headers=keys["beta"])
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["backend"] is None  # decided by the flavor it is admitted on

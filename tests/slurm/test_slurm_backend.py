@@ -25,7 +25,7 @@ from gateway.backends.slurm import SlurmBackend, SlurmJobSettings
 from tests.support.gateways import free_port
 from tests.support.slurm import SlurmCluster
 
-pytestmark = pytest.mark.usefixtures("slurm_jobs")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
 
 
 def adapter(cluster: SlurmCluster, output: Path, token: str | None = None) -> SlurmBackend:
@@ -145,3 +145,16 @@ async def test_an_unreachable_or_refusing_slurmrestd_is_a_backend_error(
     finally:
         for backend in (gone, no_token, bad_token):
             await backend.close()
+
+
+async def test_a_job_slurm_holds_back_says_why(hpc: SlurmBackend) -> None:
+    # The node has 2 CPUs: a 2-task job takes them all, the next one waits for Resources.
+    await hpc.submit(JobSpec("blocker-1", ("sleep", "300"), {}, 600, pods=(PodShape(2),)))
+    await until(hpc, "blocker-1", lambda s: s.state is JobState.RUNNING)
+    await hpc.submit(JobSpec("queued-1", ("true",), {}, 60, pods=(PodShape(1, gpus=1),)))
+    held = await until(hpc, "queued-1", lambda s: "Resources" in s.message)
+    assert held.state is JobState.PENDING and held.backend_state == "PENDING"
+    assert held.message == "pending on Slurm: Resources"
+    await hpc.cancel("blocker-1")
+    done = await until(hpc, "queued-1", lambda s: s.state.is_final)
+    assert done.state is JobState.SUCCEEDED, done

@@ -23,7 +23,7 @@ from tests.conftest import ADMIN_KEY
 from tests.support.relay import Relay
 from tests.support.slurm import SlurmCluster
 
-pytestmark = pytest.mark.usefixtures("slurm_jobs")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TOKEN_ENV = "IGNARA_SLURM_TOKEN"
