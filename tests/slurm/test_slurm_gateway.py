@@ -20,68 +20,13 @@ from litestar.testing import TestClient
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import ADMIN_KEY
+from tests.slurm.helpers import TOKEN_ENV, config, gang, jobs_named, slurm_job
 from tests.support.relay import Relay
 from tests.support.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-TOKEN_ENV = "IGNARA_SLURM_TOKEN"
-
-
-def config(cluster: SlurmCluster, url: str | None = None) -> dict[str, Any]:
-    return {
-        "backends": [
-            {
-                "name": "hpc",
-                "kind": "slurm",
-                "url": url or cluster.url,
-                "timeout_seconds": 2,
-                "token_env": TOKEN_ENV,
-                "user": cluster.user,
-                "partition": cluster.partition,
-                "api_version": "v0.0.38",
-                "output_dir": str(cluster.directory / "gateway-jobs"),
-            },
-            {"name": "local", "kind": "local"},
-        ],
-        "flavors": [{"name": "h100", "backend": "hpc"}],
-        "cluster_queues": [
-            {
-                "name": "team-a",
-                "preemption": {"within_cluster_queue": "LowerPriority"},
-                "resource_groups": [
-                    {
-                        "resources": ["nvidia.com/gpu", "cpu"],
-                        "flavors": [
-                            {
-                                "name": "h100",
-                                "quotas": {
-                                    "nvidia.com/gpu": {"nominal": 2},
-                                    "cpu": {"nominal": "8"},
-                                },
-                            }
-                        ],
-                    }
-                ],
-            }
-        ],
-        "tenants": [{"name": "alpha", "queues": ["team-a"]}],
-    }
-
-
-def gang(name: str, command: str, priority: int = 0) -> dict[str, Any]:
-    """2 pods x 1 GPU; naming no backend: the h100 flavor sends it to Slurm."""
-    return {
-        "name": name,
-        "queue": "team-a",
-        "priority": priority,
-        "pod_sets": [
-            {"name": "workers", "count": 2, "requests": {"nvidia.com/gpu": 1, "cpu": "500m"}}
-        ],
-        "max_runtime_seconds": 600,
-        "job": {"command": ["/bin/sh", "-c", command]},
-    }
 
 
 class Api:
@@ -172,12 +117,6 @@ def api(slurm: SlurmCluster, settings: Settings, relay: ThreadedRelay) -> Iterat
         yield Api(client, response.json()["token"])
 
 
-def slurm_job(cluster: SlurmCluster, job_id: str) -> dict[str, Any]:
-    [job] = cluster.rest("GET", f"/job/{job_id}")["jobs"]  # type: ignore[misc]
-    assert isinstance(job, dict)
-    return job
-
-
 def test_a_gang_runs_on_slurm_finishes_and_releases_its_quota(
     api: Api, slurm: SlurmCluster
 ) -> None:
@@ -226,12 +165,6 @@ def test_a_preempted_gang_is_cancelled_on_slurm_waits_and_runs_again(
     again = api.running_on_slurm(low)
     assert again["attempt"] == 2 and again["backend_job_id"] != first_job
     assert slurm_job(slurm, again["backend_job_id"])["name"] == f"{low}-2"
-
-
-def jobs_named(cluster: SlurmCluster, name: str) -> list[dict[str, Any]]:
-    jobs = cluster.rest("GET", "/jobs")["jobs"]
-    assert isinstance(jobs, list)
-    return [j for j in jobs if j["name"] == name]
 
 
 def test_an_unreachable_slurm_makes_work_wait_never_fail_nor_run_twice(
