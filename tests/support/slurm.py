@@ -387,9 +387,14 @@ def _main(argv: list[str]) -> int:
     directory = Path(args.directory).absolute()
     if args.command == "install":
         if (reason := unavailable_reason()) is not None:
-            print(f"not installing Slurm: {reason}", file=sys.stderr)
+            print(f"not installing Slurm (its tests will skip): {reason}", file=sys.stderr)
             return 0
-        install_packages()
+        try:
+            install_packages()
+        except subprocess.CalledProcessError as err:
+            # Outside CI the rest of the suite still runs; the Slurm tests say why they fail.
+            print(f"cannot install the Slurm packages: {err}", file=sys.stderr)
+            return 1 if os.environ.get("CI") else 0
         return 0
     if args.command == "up":
         if (reason := unavailable_reason()) is not None:
