@@ -70,6 +70,10 @@ class BackendRegistry:
         self.flavor_backends.update(config.flavor_backends)
 
     def _slurm(self, doc: SlurmBackendDoc) -> SlurmBackend:
+        if doc.user == "root":
+            # Every job runs as the token's Slurm user: root there can read anything the
+            # nodes hold. Fine for a throwaway test cluster, not for tenants' work.
+            log.warning("backend %s: jobs run as root on the Slurm cluster", doc.name)
         token = self._secret_env.get(doc.token_env)
         if not token:
             log.warning(
