@@ -164,6 +164,8 @@ class Dispatcher:
             backend=backend.name,
             backend_job_id=None,
             backend_state=None,
+            started_at=None,
+            exit_code=None,
             reason_code="Running",
             reason_message=f"submitted to the {backend.name} backend",
         )
@@ -244,8 +246,13 @@ class Dispatcher:
 
 
 def _noted(status: JobStatus) -> dict[str, Any]:
-    """The backend's own id and state word for the job, as the row keeps them."""
+    """The backend's own id and state word for the job, when it started and how it exited,
+    as the row keeps them."""
     noted: dict[str, Any] = {}
+    if status.started_at is not None:
+        noted["started_at"] = status.started_at
+    if status.state.is_final:
+        noted["exit_code"] = status.exit_code
     if status.backend_job_id is not None:
         noted["backend_job_id"] = status.backend_job_id[:64]
     if status.backend_state:

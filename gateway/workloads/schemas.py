@@ -119,6 +119,8 @@ class WorkloadOut(msgspec.Struct):
     backend: str | None
     backend_job_id: str | None  # the backend's own id for the job (e.g. Slurm's job id)
     backend_state: str | None  # the backend's own word for the job's state (e.g. PENDING)
+    started_at: datetime | None  # when its current (or last) job started on the backend
+    exit_code: int | None  # how that job exited: its status, or -N when signal N ended it
     cancel_requested: bool
     attempt: int
     created_at: datetime
@@ -146,6 +148,8 @@ class WorkloadOut(msgspec.Struct):
             backend=row.backend or row.spec.get("backend"),
             backend_job_id=row.backend_job_id,
             backend_state=row.backend_state,
+            started_at=row.started_at,
+            exit_code=row.exit_code,
             cancel_requested=row.cancel_requested,
             attempt=row.attempt,
             created_at=row.created_at,

@@ -41,6 +41,10 @@ class WorkloadRow(SQLModel, table=True):
     backend: str | None = Field(default=None, max_length=63)
     backend_job_id: str | None = Field(default=None, max_length=64)
     backend_state: str | None = Field(default=None, max_length=32)
+    # When the current (or last) job started running on its backend, and how it exited
+    # (the command's status; -N: ended by signal N), as the backend reports them.
+    started_at: datetime | None = timestamp_field(nullable=True)
+    exit_code: int | None = None
     version: int = 0  # bumped on every change, for optimistic checks
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

@@ -124,13 +124,15 @@ def test_a_gang_runs_on_slurm_finishes_and_releases_its_quota(
     second = api.submit(gang("second", "echo second"))  # no quota left until the first ends
     running = api.running_on_slurm(first)
     assert running["backend"] == "hpc" and running["backend_job_id"]
+    assert running["started_at"] and running["exit_code"] is None
     job = slurm_job(slurm, running["backend_job_id"])
     assert job["job_state"] == "RUNNING" and job["name"] == f"{first}-1"
     assert job["tres_per_task"] == "gres:gpu:1" and job["partition"] == slurm.partition
     assert api.get(second)["state"] == "pending"
 
     done = api.until(first, lambda w: w["state"] == "succeeded")
-    assert done["backend_state"] == "COMPLETED" and done["finished_at"]
+    assert done["backend_state"] == "COMPLETED" and done["exit_code"] == 0
+    assert done["started_at"] and done["finished_at"]
     assert slurm_job(slurm, done["backend_job_id"])["job_state"] == "COMPLETED"
     logs = api.client.get(f"/api/v1/workloads/{first}/logs", headers=api.headers).text
     assert sorted(logs.splitlines()) == ["pod 0 of 2", "pod 1 of 2"], logs

@@ -1,4 +1,5 @@
-"""where a workload's job runs: the backend's name, its own job id and state
+"""where a workload's job runs: the backend's name, its own job id and state, when the
+job started there and how it exited
 
 Revision ID: 0009
 Revises: 0008
@@ -21,10 +22,14 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("backend", sa.String(length=63), nullable=True))
         batch_op.add_column(sa.Column("backend_job_id", sa.String(length=64), nullable=True))
         batch_op.add_column(sa.Column("backend_state", sa.String(length=32), nullable=True))
+        batch_op.add_column(sa.Column("started_at", sa.DateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column("exit_code", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("workloads", schema=None) as batch_op:
+        batch_op.drop_column("exit_code")
+        batch_op.drop_column("started_at")
         batch_op.drop_column("backend_state")
         batch_op.drop_column("backend_job_id")
         batch_op.drop_column("backend")
