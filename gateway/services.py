@@ -19,6 +19,7 @@ from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
+from gateway.backends.registry import BackendRegistry
 from gateway.background import Rounds
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
@@ -32,8 +33,10 @@ from gateway.usage import UsageRecorder
 from gateway.usage.budgets import SpentBudgets, spent_budgets
 from quota.model import QuotaConfig
 from tenants import Database
+from tenants.config_file import LOCAL_BACKEND
 from tenants.services.api_keys import has_platform_admin
 from tenants.services.config import (
+    load_backend_config,
     load_inference_settings,
     load_models,
     load_quota_config,
@@ -68,6 +71,12 @@ class Services:
     inference: InferenceService
     health: HealthChecker
     backends: dict[str, Backend] = field(default_factory=dict)
+    # Flavor -> the backend its admitted work goes to (the rest: local); and each cluster
+    # queue's flavors, to know where a workload naming no backend may run.
+    flavor_backends: dict[str, str] = field(default_factory=dict)
+    queue_groups: dict[str, tuple[tuple[frozenset[str], tuple[str, ...]], ...]] = field(
+        default_factory=dict
+    )
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
     credentials_version: int | None = None
@@ -75,6 +84,7 @@ class Services:
     # once from the usage records for an in-process ledger (gateway.usage.budgets).
     spent_before_start: SpentBudgets | None = None
     outages: Outages = field(default_factory=Outages)  # logged once each, not per call
+    _registry: BackendRegistry | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -97,7 +107,7 @@ class Services:
         local = LocalBackend(
             Path(settings.backends.local_root), isolation=settings.backends.local_isolation
         )
-        backends: dict[str, Backend] = {"local": local}
+        backends: dict[str, Backend] = {LOCAL_BACKEND: local}
         policy = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
@@ -147,13 +157,23 @@ class Services:
         database now says (after any change), from one consistent snapshot."""
         async with self.database.snapshot() as session:
             version = await config_version(session)
-            data = await policy_data(session, self.backends)
+            backend_config = await load_backend_config(session)
+            declared = {LOCAL_BACKEND, *(b.name for b in backend_config.backends)}
+            data = await policy_data(session, declared)
             quota = await load_quota_config(session)
             models = await load_models(session)
             inference = await load_inference_settings(session)
             tenants = await live_tenants(session)
             if self.spent_before_start is None and not self.inference.ledger.durable:
                 self.spent_before_start = await spent_budgets(session)
+        await self.registry.apply(backend_config)
+        self.queue_groups = {
+            queue.name: tuple(
+                (frozenset(g.resources), tuple(f.name for f in g.flavors))
+                for g in queue.resource_groups
+            )
+            for queue in quota.cluster_queues
+        }
         # A deleted tenant's keys, cached here, stop at once (the policy drops it too).
         self.api_keys.clear()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
@@ -179,6 +199,24 @@ class Services:
             return
         self.outages.redis.recovered(began)
         self.config_version = version
+
+    @property
+    def registry(self) -> BackendRegistry:
+        if self._registry is None:
+            self._registry = BackendRegistry(
+                self.backends, self.flavor_backends, self.settings.backends.secret_env
+            )
+        return self._registry
+
+    def backends_for(self, queue: str, resources: set[str]) -> list[str]:
+        """Where a workload of ``queue`` asking for ``resources`` and naming no backend may
+        run: the backends of the flavors it may be given (a flavor naming none: local)."""
+        groups = self.queue_groups.get(queue, ())
+        used = [flavors for names, flavors in groups if names & resources] or [
+            flavors for _, flavors in groups
+        ]
+        found = {self.flavor_backends.get(f, LOCAL_BACKEND) for fs in used for f in fs}
+        return sorted(found) or [LOCAL_BACKEND]
 
     async def announce_isolation(self) -> None:
         """Probe the local backend's sandbox (a real job) and say in one line what holds."""
@@ -232,7 +270,12 @@ class Services:
         await self.health.start()
         watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
         watcher.start()
-        self.runtime = AdmissionRuntime(self.database, self.backends, outage=self.outages.database)
+        self.runtime = AdmissionRuntime(
+            self.database,
+            self.backends,
+            flavor_backends=self.flavor_backends,
+            outage=self.outages.database,
+        )
         await self.runtime.start()
         try:
             yield

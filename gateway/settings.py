@@ -50,11 +50,54 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class BackendSecretRule:
+    """Which environment variables a backend's ``token_env`` may name.
+
+    The gateway sends that variable's value to the backend's URL, which an admin chooses,
+    so only variables starting with ``prefix`` (IGNARA_ALLOWED_BACKEND_SECRET_PREFIX,
+    default ``IGNARA_SLURM_``; empty: none by prefix) or listed in ``names``
+    (IGNARA_ALLOWED_BACKEND_SECRETS, comma-separated) may be named.
+    """
+
+    prefix: str = "IGNARA_SLURM_"
+    names: frozenset[str] = frozenset()
+
+    def allows(self, name: str) -> bool:
+        by_prefix = bool(self.prefix) and name.startswith(self.prefix) and name != self.prefix
+        return by_prefix or name in self.names
+
+    def describe(self) -> str:
+        rules = [f"start with {self.prefix}"] if self.prefix else []
+        if self.names:
+            rules.append(f"be one of {', '.join(sorted(self.names))}")
+        if not rules:
+            return "no variable may be (the operator's allow-list of backend secrets is empty)"
+        return (
+            "backend secret variables must "
+            + " or ".join(rules)
+            + " (the operator's IGNARA_ALLOWED_BACKEND_SECRET_PREFIX / "
+            "IGNARA_ALLOWED_BACKEND_SECRETS)"
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> BackendSecretRule:
+        names = env.get("IGNARA_ALLOWED_BACKEND_SECRETS", "")
+        return cls(
+            prefix=env.get("IGNARA_ALLOWED_BACKEND_SECRET_PREFIX", cls.prefix).strip(),
+            names=frozenset(n.strip() for n in names.split(",") if n.strip()),
+        )
+
+
+@dataclass(frozen=True)
 class BackendSettings:
     local_root: str = ".ignara-jobs"  # where the local backend keeps jobs and logs
     # How the local backend isolates jobs (IGNARA_LOCAL_BACKEND_ISOLATION, _UNSAFE, _NETWORK,
     # _UIDS, _MAX_PROCESSES, _READONLY_PATHS, _CGROUP; gateway/backends/isolation.py).
     local_isolation: IsolationSettings = field(default_factory=IsolationSettings)
+    # The variables declared backends' ``token_env`` may name, and their values: only what
+    # the rule allows is kept, so no other secret of the gateway can be sent to a backend.
+    secret_rule: BackendSecretRule = BackendSecretRule()
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 _POLICIES = Path(__file__).resolve().parents[1] / "policies" / "rego"
@@ -168,6 +211,8 @@ class Settings:
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root),
                 local_isolation=_local_isolation(env),
+                secret_rule=(secrets := BackendSecretRule.from_env(env)),
+                secret_env={name: value for name, value in env.items() if secrets.allows(name)},
             ),
             policy=PolicySettings(
                 directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
