@@ -48,6 +48,7 @@ __all__ = [
     "BackendError",
     "BackendStateError",
     "BackendUnavailableError",
+    "Identifying",
     "InvalidJobError",
     "InvalidWorkloadIdError",
     "JobLimits",
@@ -295,7 +296,9 @@ class Backend(Protocol):
     Contract:
 
     - ``submit`` is idempotent: the workload id names the job; submitting an id that already
-      exists does nothing (even if the spec differs).
+      exists does nothing (even if the spec differs). It returns ``True`` when it found such
+      a job (the dispatcher then records the job as adopted, not dispatched), ``False`` or
+      ``None`` (cannot tell) otherwise.
     - ``cancel`` is idempotent: it stops a pending or running job (SIGTERM to the job, then
       SIGKILL after a grace period, or the backend's equivalent) and returns once it is
       stopped; cancelling a finished or unknown job does nothing.
@@ -306,7 +309,7 @@ class Backend(Protocol):
 
     name: str
 
-    async def submit(self, job: JobSpec) -> None: ...
+    async def submit(self, job: JobSpec) -> bool | None: ...
 
     async def cancel(self, workload_id: str) -> None: ...
 
@@ -315,6 +318,14 @@ class Backend(Protocol):
     async def logs(self, workload_id: str, tail_bytes: int = 65536) -> bytes: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Identifying(Protocol):
+    """A backend that knows its own id for a job it was just given (e.g. Slurm's job id),
+    without asking the scheduler again: ``None`` when it does not."""
+
+    def backend_job_id(self, workload_id: str) -> str | None: ...
 
 
 @runtime_checkable

@@ -16,11 +16,18 @@ from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
-from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
+from gateway.workloads.schemas import (
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadList,
+    WorkloadOut,
+    WorkloadState,
+)
 from tenants import Database
 from tenants.errors import InvalidRequestError
 from tenants.services.workloads import (
     cancel_workload,
+    events_of,
     get_workload,
     list_workloads,
     parse_cursor,
@@ -28,6 +35,8 @@ from tenants.services.workloads import (
 )
 
 __all__ = ["WorkloadController"]
+
+EVENTS_SHOWN = 100
 
 WorkloadId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{32}$", description="The workload's id")]
 
@@ -137,7 +146,7 @@ class WorkloadController(Controller):
     @get(
         "/{workload_id:str}",
         operation_id="GetWorkload",
-        summary="One workload.",
+        summary="One workload, with its events (the last 100).",
         responses=errors(404),
     )
     async def read(
@@ -146,10 +155,14 @@ class WorkloadController(Controller):
         workload_id: WorkloadId,
         database: NamedDependency[Database],
         policy: NamedDependency[PolicyEngine],
-    ) -> WorkloadOut:
+    ) -> WorkloadDetail:
         identity = await tenant_of(request, policy, "workloads.read")
-        async with database.session() as session:
-            return WorkloadOut.of(await get_workload(session, identity.tenant, workload_id))
+        # One snapshot: the row and its events as of one moment (each event is written
+        # with its change, so they agree).
+        async with database.snapshot() as session:
+            row = await get_workload(session, identity.tenant, workload_id)
+            events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
+            return WorkloadDetail.with_events(row, events, count)
 
     @delete(
         "/{workload_id:str}",

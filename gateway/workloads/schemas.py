@@ -9,13 +9,15 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from tenants.models import WorkloadRow
+from tenants.models import WorkloadEventRow, WorkloadRow
 from tenants.services.workloads import PodSetRequest, WorkloadSubmission
 
 __all__ = [
     "Blocking",
+    "Event",
     "PodSetIn",
     "Reason",
+    "WorkloadDetail",
     "WorkloadIn",
     "WorkloadList",
     "WorkloadOut",
@@ -157,6 +159,38 @@ class WorkloadOut(msgspec.Struct):
             admitted_at=row.admitted_at,
             finished_at=row.finished_at,
         )
+
+
+class Event(msgspec.Struct):
+    """One thing that happened to the workload: ``type`` is one of submitted, admitted,
+    dispatched, adopted, running, preempted, requeued, lost, cancelled, finished, failed;
+    ``detail`` says more (queue and flavors; backend and its job id; by whom and why;
+    exit code)."""
+
+    type: str
+    at: datetime
+    attempt: int
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: WorkloadEventRow) -> Event:
+        return cls(type=row.type, at=row.at, attempt=row.attempt, detail=dict(row.detail))
+
+
+class WorkloadDetail(WorkloadOut):
+    """One workload with its timeline: the last events (at most 100, oldest first) and
+    how many it has in all (``event_count``)."""
+
+    events: list[Event] = []
+    event_count: int = 0
+
+    @classmethod
+    def with_events(
+        cls, row: WorkloadRow, events: list[WorkloadEventRow], count: int
+    ) -> WorkloadDetail:
+        out = WorkloadOut.of(row)
+        fields = {f: getattr(out, f) for f in WorkloadOut.__struct_fields__}
+        return cls(**fields, events=[Event.of(e) for e in events], event_count=count)
 
 
 class WorkloadList(msgspec.Struct):

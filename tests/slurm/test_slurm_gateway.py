@@ -153,7 +153,10 @@ def test_cancel_by_the_user_cancels_the_slurm_job(api: Api, slurm: SlurmCluster)
 def test_a_preempted_gang_is_cancelled_on_slurm_waits_and_runs_again(
     api: Api, slurm: SlurmCluster
 ) -> None:
-    low = api.submit(gang("low", "sleep 300", priority=0))
+    # Its first run would last; its second (after the preemption) ends by itself.
+    low = api.submit(
+        gang("low", 'case "$SLURM_JOB_NAME" in *-1) sleep 300;; esac; sleep 3', priority=0)
+    )
     first_job = api.running_on_slurm(low)["backend_job_id"]
 
     high = api.submit(gang("high", "echo high; sleep 3", priority=100))
@@ -167,6 +170,32 @@ def test_a_preempted_gang_is_cancelled_on_slurm_waits_and_runs_again(
     again = api.running_on_slurm(low)
     assert again["attempt"] == 2 and again["backend_job_id"] != first_job
     assert slurm_job(slurm, again["backend_job_id"])["name"] == f"{low}-2"
+
+    # The whole story, in order, in its events, with Slurm's job ids.
+    done = api.until(low, lambda w: w["state"] == "succeeded")
+    events = done["events"]
+    assert [(e["type"], e["attempt"]) for e in events] == [
+        ("submitted", 0),
+        ("admitted", 1),
+        ("dispatched", 1),
+        ("running", 1),
+        ("preempted", 1),
+        ("requeued", 1),
+        ("admitted", 2),
+        ("dispatched", 2),
+        ("running", 2),
+        ("finished", 2),
+    ]
+    assert events[2]["detail"] == {
+        "backend": "hpc",
+        "job": f"{low}-1",
+        "backend_job_id": first_job,
+    }
+    assert events[3]["detail"]["backend_job_id"] == first_job
+    assert events[4]["detail"]["by"] == high
+    assert events[7]["detail"]["backend_job_id"] == again["backend_job_id"]
+    assert events[9]["detail"]["exit_code"] == 0
+    assert [e["type"] for e in api.get(high)["events"]][-1] == "finished"
 
 
 def test_an_unreachable_slurm_makes_work_wait_never_fail_nor_run_twice(
