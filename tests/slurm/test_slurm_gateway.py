@@ -6,13 +6,10 @@ one waits and runs again later as a new job. Logs come from the job's output fil
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from litestar.testing import TestClient
@@ -20,8 +17,14 @@ from litestar.testing import TestClient
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import ADMIN_KEY
-from tests.slurm.helpers import TOKEN_ENV, config, gang, jobs_named, slurm_job
-from tests.support.relay import Relay
+from tests.slurm.helpers import (
+    TOKEN_ENV,
+    ThreadedRelay,
+    config,
+    gang,
+    jobs_named,
+    slurm_job,
+)
 from tests.support.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
@@ -62,37 +65,6 @@ class Api:
             workload_id,
             lambda w: w["state"] == "running" and w["backend_state"] == "RUNNING",
         )
-
-
-class ThreadedRelay:
-    """A relay (tests/support/relay.py) in front of slurmrestd, on its own event loop, so
-    a synchronous test can take slurmrestd away from the gateway and bring it back."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.relay = Relay(parts.hostname or "127.0.0.1", parts.port or 80)
-        self.run(self.relay.start())
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.relay.port}"
-
-    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
-
-    def down(self) -> None:
-        self.run(self.relay.stop())
-
-    def up(self) -> None:
-        self.run(self.relay.start())
-
-    def close(self) -> None:
-        self.down()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture

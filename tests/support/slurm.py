@@ -88,6 +88,18 @@ class SlurmCluster:
         body: dict[str, object] = response.json()
         return body
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld alone (it saves its state; slurmd and the jobs on it keep running,
+        slurmrestd answers with errors): a backend outage."""
+        _stop_pid(_pid(self.directory / "slurmctld.pid"))
+
+    def start_controller(self) -> None:
+        """Start slurmctld again; it recovers its jobs from its saved state."""
+        subprocess.run(
+            ["slurmctld", "-f", str(self.directory / "slurm.conf")], check=True, env=self.env
+        )
+        _wait("the node back", lambda: _node_idle(self.env) or _node_busy(self.env))
+
 
 def missing_packages() -> list[str]:
     missing = []
@@ -242,6 +254,13 @@ def _node_idle(env: Mapping[str, str]) -> bool:
         ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env, check=False
     )
     return result.returncode == 0 and result.stdout.strip() in ("idle", "mixed", "allocated")
+
+
+def _node_busy(env: Mapping[str, str]) -> bool:
+    out = subprocess.run(
+        ["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, check=False
+    ).stdout
+    return out.strip().rstrip("*") in ("mixed", "allocated")
 
 
 def _token(env: Mapping[str, str]) -> str:
