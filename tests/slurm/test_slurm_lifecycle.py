@@ -171,3 +171,39 @@ def test_slurmctld_stopped_mid_run_makes_work_wait_then_end_once(
             after = http.post("/api/v1/workloads", json=gang("after", "echo after")).json()
             until(http, f"/api/v1/workloads/{after['id']}", lambda w: w["state"] == "succeeded")
     assert len(jobs_named(slurm, f"{workload['id']}-1")) == 1
+
+
+def test_a_job_slurm_forgot_is_lost_and_runs_again(
+    slurm: SlurmCluster, env: dict[str, str], tmp_path: Path
+) -> None:
+    with (
+        gateway_processes(("only",), env, tmp_path) as [(url, _)],
+    ):
+        key = configure(url, slurm, slurm.url)
+        with httpx.Client(base_url=url, headers=key, timeout=30) as http:
+            command = 'case "$SLURM_JOB_NAME" in *-1) sleep 300;; esac; echo second run'
+            workload = http.post("/api/v1/workloads", json=gang("amnesia", command)).json()
+            path = f"/api/v1/workloads/{workload['id']}"
+            running = until(http, path, lambda w: w["backend_state"] == "RUNNING")
+            slurm.stop_controller()
+            slurm.start_controller(forget_jobs=True)  # slurmctld lost its state
+            done = until(http, path, lambda w: w["state"] == "succeeded")
+            assert done["attempt"] == 2
+            assert types(done)[:7] == [
+                "submitted",
+                "admitted",
+                "dispatched",
+                "running",
+                "lost",
+                "requeued",
+                "admitted",
+            ]
+            # A controller just back may answer the submit after the gateway gave up on
+            # it: the retry then finds (adopts) the job instead of submitting it again.
+            assert types(done)[7] in ("dispatched", "adopted")
+            assert types(done)[-1] == "finished" and "lost" not in types(done)[5:]
+            lost = done["events"][4]["detail"]
+            assert lost["backend_job_id"] == running["backend_job_id"]
+            logs = http.get(f"{path}/logs")
+            assert logs.text == "second run\nsecond run\n"
+    assert len(jobs_named(slurm, f"{workload['id']}-2")) == 1

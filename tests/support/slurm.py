@@ -93,10 +93,15 @@ class SlurmCluster:
         slurmrestd answers with errors): a backend outage."""
         _stop_pid(_pid(self.directory / "slurmctld.pid"))
 
-    def start_controller(self) -> None:
-        """Start slurmctld again; it recovers its jobs from its saved state."""
+    def start_controller(self, *, forget_jobs: bool = False) -> None:
+        """Start slurmctld again; it recovers its jobs from its saved state, or, with
+        ``forget_jobs``, starts without it (``-c``: a controller that lost its state; the
+        jobs still on the node are killed as orphans)."""
+        clear = ["-c"] if forget_jobs else []
         subprocess.run(
-            ["slurmctld", "-f", str(self.directory / "slurm.conf")], check=True, env=self.env
+            ["slurmctld", *clear, "-f", str(self.directory / "slurm.conf")],
+            check=True,
+            env=self.env,
         )
         _wait("the node back", lambda: _node_idle(self.env) or _node_busy(self.env))
 

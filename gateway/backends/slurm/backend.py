@@ -99,6 +99,11 @@ class SlurmBackend:
         record: JobRecord | None
         if job_id is not None:
             record = await self.client.job(job_id)
+            if record is not None and record.name != workload_id:
+                # A controller that lost its state numbers jobs from the start again: this
+                # id is now another job's. Ours is gone, or known by name only.
+                del self._ids[workload_id]
+                record = await self._find(workload_id)
         else:
             record = await self._find(workload_id)
         if record is None:
