@@ -150,6 +150,7 @@ class Dispatcher:
                 int(row.spec["max_runtime_seconds"]),
                 job_limits(row.spec, row.admission),
                 job_pods(row.spec, row.admission),
+                row.spec.get("options", {}),
             )
         except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))

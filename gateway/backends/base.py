@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "FINAL_STATES",
@@ -224,6 +224,9 @@ class JobSpec:
     limits: JobLimits = JobLimits()
     # The gang's shape (empty: one process, as the local backend runs every job).
     pods: tuple[PodShape, ...] = ()
+    # Backend-specific sections as the API validated them ({"slurm": {"qos": "high"}});
+    # each backend reads its own and ignores the others.
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_workload_id(self.workload_id)
@@ -238,6 +241,7 @@ class JobSpec:
         object.__setattr__(self, "pods", tuple(self.pods))
         if not all(isinstance(pod, PodShape) for pod in self.pods):
             raise InvalidJobError("pods must be PodShapes")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
 
 def _validate_command(command: tuple[str, ...]) -> None:

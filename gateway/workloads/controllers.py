@@ -12,6 +12,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from gateway.auth import Identity
 from gateway.authorization import admit_by_policy, authorize
 from gateway.backends import Backend, BackendError, refusal_of
+from gateway.backends.sections import SectionError, check_sections
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
@@ -103,6 +104,14 @@ class WorkloadController(Controller):
             if data.backend is not None
             else services.backends_for(data.queue, {r for p in data.pod_sets for r in p.requests})
         )
+        try:
+            options = check_sections(
+                data.sections(),
+                [backends[n] for n in candidates if n in backends],
+                data.max_runtime_seconds,
+            )
+        except SectionError as err:  # before anything is stored or asked of the policy
+            raise ApiError(422, "invalid_request", str(err)) from None
         for name in candidates:
             await admit_by_policy(policy, identity.tenant, _admission_input(data, name))
             backend = backends.get(name)
@@ -113,7 +122,7 @@ class WorkloadController(Controller):
             row, created = await submit_workload(
                 session,
                 identity.tenant,
-                data.to_submission(),
+                data.to_submission(options),
                 actor=identity.principal,
                 idempotency_key=idempotency_key,
             )

@@ -68,8 +68,14 @@ class WorkloadIn(_In):
     priority: Annotated[int, Meta(ge=-1_000_000, le=1_000_000)] = 0
     # None: the backend of the flavor it is admitted on (local when the flavor names none).
     backend: Name | None = None
+    # Backend-specific sections, checked by gateway.backends.sections before anything is
+    # stored (a 422 naming the option); a new backend's section is a field here too.
+    slurm: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
 
-    def to_submission(self) -> WorkloadSubmission:
+    def sections(self) -> dict[str, dict[str, Any] | None]:
+        return {"slurm": self.slurm}
+
+    def to_submission(self, options: dict[str, dict[str, Any]] | None = None) -> WorkloadSubmission:
         return WorkloadSubmission(
             name=self.name,
             queue=self.queue,
@@ -84,6 +90,7 @@ class WorkloadIn(_In):
             command=tuple(self.job.command),
             env=dict(self.job.env),
             backend=self.backend,
+            options=options or {},
         )
 
 

@@ -76,14 +76,19 @@ class WorkloadSubmission:
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     backend: str | None = None  # None: the backend of the flavor it is admitted on
+    # Backend-specific sections, validated by the API: {"slurm": {"qos": ...}}.
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "pod_sets": [asdict(p) for p in self.pod_sets],
             "max_runtime_seconds": self.max_runtime_seconds,
             "backend": self.backend,
             "job": {"command": list(self.command), "env": dict(self.env)},
         }
+        if self.options:  # absent when none: a repeat of an older request keeps its hash
+            spec["options"] = self.options
+        return spec
 
     def fingerprint(self) -> str:
         body = {**self.spec(), "name": self.name, "queue": self.queue, "priority": self.priority}

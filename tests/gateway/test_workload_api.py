@@ -156,6 +156,33 @@ def test_a_cancelled_pending_workload_says_so_in_its_timeline(client: TestClient
     ]
 
 
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ({"qos": 7}, "slurm.qos"),
+        ({"qos": "high; rm -rf /"}, "slurm.qos"),
+        ({"partition": "other"}, "slurm.partition"),  # not on the allow-list
+        ({"nice": -5}, "slurm.nice"),
+        ({"exclusive": "yes"}, "slurm.exclusive"),
+        # Well-formed, but this workload goes to the local backend: not for it.
+        ({"qos": "high"}, "slurm"),
+    ],
+)
+def test_a_bad_backend_section_is_a_422_naming_the_field_and_stores_nothing(
+    client: TestClient[Any], section: Any, field: str
+) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    response = client.post("/api/v1/workloads", json=workload(slurm=section), headers=alpha)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith(f"{field}: "), error
+    assert client.get("/api/v1/workloads", headers=alpha).json()["items"] == []
+    # Not even an object: a malformed body, a 400 naming it like any other.
+    response = client.post("/api/v1/workloads", json=workload(slurm="fast"), headers=alpha)
+    assert response.status_code == 400 and response.json()["error"]["message"].startswith("slurm")
+
+
 def test_idempotency_key_returns_the_first_result(client: TestClient[Any]) -> None:
     alpha = bearer(key_for(client, "alpha"))
     headers = {**alpha, "Idempotency-Key": "run-42"}

@@ -112,6 +112,24 @@ def test_a_gang_runs_on_slurm_finishes_and_releases_its_quota(
     assert api.until(second, lambda w: w["state"] == "succeeded")["backend"] == "hpc"
 
 
+def test_the_slurm_section_reaches_the_slurm_job(api: Api, slurm: SlurmCluster) -> None:
+    body = gang("tuned", "sleep 30")
+    body["slurm"] = {"exclusive": True, "time_min": 2, "nice": 10, "comment": "sweep 7"}
+    workload = api.submit(body)
+    job = slurm_job(slurm, api.running_on_slurm(workload)["backend_job_id"])
+    assert job["comment"] == f"ignara {workload}-1: sweep 7"
+    assert (job["nice"], job["time_minimum"]) == (10, 2), job
+    assert job["shared"] == "none", job  # exclusive: the node is not shared
+    # Not for this gateway to pass on: refused by name, before anything is stored.
+    bad = api.client.post(
+        "/api/v1/workloads", json={**body, "slurm": {"account": "other"}}, headers=api.headers
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("slurm.account")
+    too_long = {**body, "slurm": {"time_min": 11}}  # its time limit is 10 minutes
+    bad = api.client.post("/api/v1/workloads", json=too_long, headers=api.headers)
+    assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("slurm.time_min")
+
+
 def test_cancel_by_the_user_cancels_the_slurm_job(api: Api, slurm: SlurmCluster) -> None:
     workload = api.submit(gang("long", "sleep 300"))
     job_id = api.running_on_slurm(workload)["backend_job_id"]
