@@ -1,12 +1,13 @@
 """Dispatch benchmark: N admitted gangs dispatched to a real Slurm and tracked to the end.
 
 Starts a throwaway single-node Slurm with slurmrestd (tests/support/slurm.py: Debian
-packages, root; --gpus fake GPUs and --cpus claimed cores, so N tiny jobs are not held
-back by this machine's two cores) and a SQLite database; submits N workloads of one pod x
-one GPU running ``true``, admits them all in one admission pass (the queue's quota holds
-them all), then runs the gateway's own dispatcher (gateway.admission.dispatcher, in this
-process, against the real SlurmBackend) every --interval seconds until every workload has
-ended, as ``ignara serve`` does.
+packages, root; one fake GPU per workload and --cpus claimed cores, so N tiny jobs are not
+held back by this machine's two cores) and a SQLite database; submits N workloads of one
+pod x one GPU running ``true`` (or ``sleep --job-seconds``, so the tracker follows running
+jobs), admits them all in one admission pass (the queue's quota holds them all), then runs
+the gateway's own dispatcher (gateway.admission.dispatcher, in this process, against the
+real SlurmBackend) every --interval seconds until every workload has ended, as
+``ignara serve`` does.
 
 Prints one JSON line:
 
@@ -89,7 +90,9 @@ def quantile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 3) if ordered else 0.0
 
 
-async def run(cluster: SlurmCluster, n: int, interval: float, directory: Path) -> dict[str, Any]:
+async def run(
+    cluster: SlurmCluster, n: int, interval: float, job_seconds: int, directory: Path
+) -> dict[str, Any]:
     database = Database(f"sqlite:///{directory / 'bench.db'}")
     await database.migrate()
     async with database.session() as session:
@@ -104,7 +107,7 @@ async def run(cluster: SlurmCluster, n: int, interval: float, directory: Path) -
                     queue="bench",
                     pod_sets=(PodSetRequest("main", 1, {"nvidia.com/gpu": "1"}),),
                     max_runtime_seconds=600,
-                    command=("true",),
+                    command=("sleep", str(job_seconds)) if job_seconds else ("true",),
                 ),
                 actor="bench",
             )
@@ -170,6 +173,7 @@ async def run(cluster: SlurmCluster, n: int, interval: float, directory: Path) -
     return {
         "workloads": n,
         "interval_s": interval,
+        "job_seconds": job_seconds,
         "submit_s": round(submit_s, 3),
         "submissions_per_s": round(n / submit_s, 1),
         "admission_to_running_p50_s": quantile(to_start, 0.5),
@@ -193,13 +197,18 @@ def main() -> None:
     parser.add_argument("--workloads", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between passes")
     parser.add_argument("--cpus", type=int, default=64, help="cores the fake node claims")
+    parser.add_argument(
+        "--job-seconds", type=int, default=0, help="jobs sleep this long (0: they run true)"
+    )
     args = parser.parse_args()
     install_packages()
     directory = Path(tempfile.mkdtemp(prefix="ignara-bench-dispatch-"))
     directory.chmod(0o755)  # munged (as munge) and slurmrestd (as slurm) go through it
     try:
         with slurm_cluster(directory / "slurm", gpus=args.workloads, cpus=args.cpus) as cluster:
-            result = asyncio.run(run(cluster, args.workloads, args.interval, directory))
+            result = asyncio.run(
+                run(cluster, args.workloads, args.interval, args.job_seconds, directory)
+            )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     print(json.dumps(result))

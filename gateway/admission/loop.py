@@ -178,6 +178,8 @@ async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | No
             "message": cause,
         },
     )
+    if row.job_id is None:  # no job to stop first: it waits for quota again at once
+        record_event(session, row, "requeued", {"why": "preempted"})
 
 
 async def _closed(session: AsyncSession, row: WorkloadRow) -> None:

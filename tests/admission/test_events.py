@@ -187,3 +187,16 @@ async def test_preemption_is_told_with_who_and_why_then_the_requeue(
         for attempt in (1, 2, 3):
             await backend.cancel(f"{low}-{attempt}")
         await backend.close()
+
+
+async def test_preempted_before_its_job_was_submitted_it_is_requeued_at_once(
+    forgetful: tuple[AdmissionRuntime, Forgetful], database: Database
+) -> None:
+    runtime, backend = forgetful
+    low = await submit(database, "low", gpus=2)
+    await runtime.loop.run_pass()  # admitted; no dispatcher pass yet
+    urgent = await submit(database, "urgent", gpus=2, priority=10)
+    await runtime.loop.run_pass()
+    assert await types(database, low) == ["submitted", "admitted", "preempted", "requeued"]
+    assert (await events(database, low))[2].detail["by"] == urgent
+    assert backend.submitted == []
