@@ -9,7 +9,15 @@ Each pass:
      while it lasts, the backend's own job id, state and pending reason are noted;
   3. cancel requested -> stop the job; once stopped: cancelled;
   4. preempted (pending again, job still named) -> stop the job, forget it.
-Every row change is guarded by the row's version, like the admission loop's.
+Every row change is guarded by the row's version, like the admission loop's, and its
+event (dispatched, adopted, running, requeued, lost, finished, failed, cancelled) is
+written in the same transaction, only if the change was.
+
+Reconciling with the backend: a submit that finds the job already there (a gateway that
+died between submitting and noting it) is recorded as ``adopted``, not submitted again; a
+running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it after
+MinJobAge, or lost its state) is ``lost``: the workload goes back to pending and runs again
+as a new attempt, never failed silently.
 
 Which backend: the one the workload names, else the one its admitted flavors name
 (``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
