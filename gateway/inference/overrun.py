@@ -8,8 +8,9 @@ writes and, once the count passes the reservation by ``margin`` (a share of it)
 plus :data:`SLACK` tokens, it ends the stream as an upstream that reached
 ``max_tokens`` would: a last chunk with ``finish_reason: "length"`` for every
 choice still open, a usage chunk when the client asked for one (the gateway's
-count, which is what it charges), and ``data: [DONE]``; the upstream connection is
-then closed, which stops its work.
+count and input estimate, ``prompt()``, which is what it charges: the upstream's
+usage never comes), and ``data: [DONE]``; the upstream connection is then closed,
+which stops its work.
 
 The count is cheap and errs low, so an honest stream is never cut short: the larger
 of the data events that carry choices (servers send about one token per event) and
@@ -23,6 +24,7 @@ reports, overshoot included.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -75,7 +77,9 @@ class OutputMeter:
 
     Usage::
 
-        meter = OutputMeter(reserved=64, margin=0.25, chat=True, prompt=12, usage_chunk=False)
+        meter = OutputMeter(
+            reserved=64, margin=0.25, chat=True, prompt=lambda: 12, usage_chunk=False
+        )
         kept, over = meter.take(block, b"\\n\\n")   # complete events only
         if over:
             kept += meter.ending(b"\\n\\n")
@@ -97,7 +101,13 @@ class OutputMeter:
     )
 
     def __init__(
-        self, *, reserved: int, margin: float, chat: bool, prompt: int, usage_chunk: bool
+        self,
+        *,
+        reserved: int,
+        margin: float,
+        chat: bool,
+        prompt: Callable[[], int],
+        usage_chunk: bool,
     ) -> None:
         self.limit = reserved + math.ceil(reserved * margin) + SLACK
         self._char_limit = self.limit * CHARS_PER_TOKEN
@@ -139,11 +149,11 @@ class OutputMeter:
         if still_open:
             out.append(self._event([self._finish(index) for index in still_open]))
         if self._usage_chunk:
-            completion = self.tokens
+            prompt, completion = self._prompt(), self.tokens
             usage = {
-                "prompt_tokens": self._prompt,
+                "prompt_tokens": prompt,
                 "completion_tokens": completion,
-                "total_tokens": self._prompt + completion,
+                "total_tokens": prompt + completion,
             }
             out.append(self._event([], usage))
         out.append(b"data: " + _DONE)

@@ -369,7 +369,10 @@ class InferenceService:
             )
         # Charged as reported, past the reservation too: a whole answer cannot be cut.
         reported = _reported_usage(document.get("usage"))
-        prompt, completion = reported or (context.prompt, _completion_estimate(document))
+        prompt, completion = reported or (
+            self._input_estimate(context),
+            _completion_estimate(document),
+        )
         # The answer does not wait for the accounting: one round trip less per call.
         endpoint = response.endpoint.base_url
         outcome = _Outcome(prompt, completion, response.status, endpoint, False, bool(reported))
@@ -419,7 +422,8 @@ class InferenceService:
         finally:
             await chunks.aclose()
             reported = _reported_usage(accountant.usage)
-            prompt, completion = reported or (context.prompt, accountant.completion_estimate)
+            prompt = self._input_estimate(context)
+            prompt, completion = reported or (prompt, accountant.completion_estimate)
             # In a task of its own: a client that left cancels this generator, and
             # awaiting here would be cancelled with it.
             outcome = _Outcome(prompt, completion, status, endpoint, True, bool(reported))
@@ -434,9 +438,14 @@ class InferenceService:
             reserved=call.completion_tokens,
             margin=self.cut_margin,
             chat=call.kind is CallKind.CHAT,
-            prompt=context.prompt,
+            prompt=lambda: self._input_estimate(context),
             usage_chunk=call.wants_usage_chunk,
         )
+
+    def _input_estimate(self, context: _Context) -> int:
+        """A call's input, for a stream the upstream never reported: what it reserved,
+        or more if the correction learned meanwhile (from calls that ended first)."""
+        return max(context.prompt, self.corrections.reserved_prompt(context.call, context.queue))
 
     def _settle_later(self, context: _Context, outcome: _Outcome) -> None:
         self._background(self._settle(context, outcome))

@@ -187,7 +187,7 @@ def sse(**choice: Any) -> bytes:
 
 
 def test_chunks_of_many_tokens_are_counted_by_their_characters() -> None:
-    meter = OutputMeter(reserved=100, margin=0.25, chat=False, prompt=10, usage_chunk=False)
+    meter = OutputMeter(reserved=100, margin=0.25, chat=False, prompt=lambda: 10, usage_chunk=False)
     block = sse(text="x" * 40) * 20  # 10 tokens an event at four characters a token
     kept, over = meter.take(block, b"\n\n")
     assert over and kept == sse(text="x" * 40) * 14  # 140 tokens; the 15th passes 141
@@ -195,7 +195,7 @@ def test_chunks_of_many_tokens_are_counted_by_their_characters() -> None:
 
 
 def test_an_honest_stream_is_never_cut() -> None:
-    meter = OutputMeter(reserved=100, margin=0.25, chat=True, prompt=10, usage_chunk=False)
+    meter = OutputMeter(reserved=100, margin=0.25, chat=True, prompt=lambda: 10, usage_chunk=False)
     block = sse(delta={"role": "assistant", "content": ""})
     # 100 tokens of five characters each, at most max_tokens as an honest upstream
     block += sse(delta={"content": " word"}) * 100 + sse(delta={}, finish_reason="length")
