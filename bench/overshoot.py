@@ -170,7 +170,7 @@ def stack(tmp: Path, args: argparse.Namespace, env: dict[str, str]) -> Iterator[
         wait_http(upstream, f"http://127.0.0.1:{port}/v1/models", timeout=30)
         admin_key = secrets.token_urlsafe(32)
         gateway_env = {
-            "DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'gateway.db'}",
+            "DATABASE_URL": f"sqlite:///{tmp / 'gateway.db'}",
             "REDIS_URL": redis.url,
             "IGNARA_ADMIN_KEY": admin_key,
             "IGNARA_KEY_PEPPER": secrets.token_urlsafe(32),
