@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.inference.calls import CallKind, parse_call
-from gateway.inference.estimates import InputCorrections
+from gateway.inference.estimates import InputCorrections, reserved_tokens
 from gateway.inference.overrun import SLACK, OutputMeter
 from gateway.settings import Settings
 from tests.inference.test_v1_api import CHAT, Gateway, running_gateway
@@ -181,6 +181,14 @@ def test_corrections_only_scale_up_and_stay_within_their_maximum() -> None:
     assert corrections.factor("m", "short") == 1.0
 
 
+def test_a_corrected_reservation_never_exceeds_what_the_queue_could_get() -> None:
+    raw = json.dumps({"model": "m", "messages": LONG, "max_tokens": 10}).encode()
+    call = parse_call(CallKind.CHAT, raw, DEFAULT_MAX_TOKENS)  # 83 + 10
+    assert reserved_tokens(call, 300, [10_000, 200]) == 200
+    assert reserved_tokens(call, 300, [10_000]) == 310
+    assert reserved_tokens(call, 300, [50]) == call.estimate  # refused as before, by size
+
+
 def sse(**choice: Any) -> bytes:
     body = {"id": "c", "model": "m", "choices": [{"index": 0, **choice}]}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
@@ -201,3 +209,31 @@ def test_an_honest_stream_is_never_cut() -> None:
     block += sse(delta={"content": " word"}) * 100 + sse(delta={}, finish_reason="length")
     block += b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1}}\n\ndata: [DONE]\n\n'
     assert meter.take(block, b"\n\n") == (block, False)
+
+
+def test_the_bounds_are_on_by_default_and_each_can_be_turned_off() -> None:
+    on = Settings.from_env({}).inference
+    assert (on.cap_output, on.estimate_max_factor, on.stream_cut_margin) == (True, 8.0, 0.25)
+    off = Settings.from_env(
+        {
+            "IGNARA_CAP_OUTPUT": "0",
+            "IGNARA_ESTIMATE_MAX_FACTOR": "1",
+            "IGNARA_STREAM_CUT_MARGIN": "off",
+        }
+    ).inference
+    assert (off.cap_output, off.estimate_max_factor, off.stream_cut_margin) == (False, 1.0, None)
+    assert not InputCorrections(max_factor=off.estimate_max_factor).enabled
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("IGNARA_ESTIMATE_MAX_FACTOR", "0.5"),
+        ("IGNARA_ESTIMATE_MAX_FACTOR", "lots"),
+        ("IGNARA_STREAM_CUT_MARGIN", "-0.1"),
+        ("IGNARA_STREAM_CUT_MARGIN", "nan"),
+    ],
+)
+def test_a_bad_bound_is_refused_by_name(name: str, value: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Settings.from_env({name: value})
