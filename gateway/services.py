@@ -29,8 +29,9 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
-from gateway.usage.budgets import SpentBudgets, spent_budgets
-from quota.model import QuotaConfig
+from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
+from quota.ledger import BUDGET_RESOURCES
+from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
 from tenants.services.api_keys import has_platform_admin
 from tenants.services.config import (
@@ -117,6 +118,8 @@ class Services:
             prefix=options.ledger_prefix,
             timeout=options.redis_timeout,
         )
+        # A shared ledger whose Redis lost its state rebuilds from the usage records.
+        ledger.restore_from(lambda: spent(database))
         inference = InferenceService(
             ledger=ledger,
             client=upstreams,
@@ -180,6 +183,28 @@ class Services:
         self.outages.redis.recovered(began)
         self.config_version = version
 
+    async def check_ledger_store(self) -> None:
+        """Say at start what is wrong with the ledger's Redis settings: loudly when
+        budgets live there and a restart would forget them."""
+        try:
+            warnings = await self.inference.ledger.store_warnings()
+        except LedgerUnavailableError as err:
+            log.warning("cannot check the token ledger's Redis settings: %s", err)
+            return
+        async with self.database.snapshot() as session:
+            quota = await load_quota_config(session)
+        budgets = any(
+            fr.resource in BUDGET_RESOURCES
+            for group in [q.resource_groups for q in quota.cluster_queues]
+            + [c.resource_groups for c in quota.cohorts]
+            for fr, _ in iter_quotas(group)
+        )
+        for warning in warnings:
+            if budgets or "noeviction" in warning:
+                log.warning("token ledger: %s", warning)
+            else:
+                log.info("token ledger: %s (no token budgets are configured)", warning)
+
     async def announce_isolation(self) -> None:
         """Probe the local backend's sandbox (a real job) and say in one line what holds."""
         for backend in self.backends.values():
@@ -227,6 +252,7 @@ class Services:
         await self.database.migrate()
         await self.warn_without_admin()
         await self.reload_config()
+        await self.check_ledger_store()
         await self.upstreams.start()
         await self.recorder.start()
         await self.health.start()

@@ -11,7 +11,10 @@ from gateway.ledgers.base import (
     Grant,
     Ledger,
     LedgerUnavailableError,
+    RecentSpend,
     Refusal,
+    Spent,
+    SpentSource,
     UnknownQueueError,
 )
 from gateway.ledgers.memory import MemoryLedger
@@ -23,8 +26,11 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "MemoryLedger",
+    "RecentSpend",
     "RedisLedger",
     "Refusal",
+    "Spent",
+    "SpentSource",
     "UnknownQueueError",
     "create_ledger",
 ]

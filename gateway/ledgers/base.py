@@ -6,7 +6,9 @@ engine counts milli-units (``nominal: 1000`` tokens is 1,000,000 inside
 way out (``remaining``, ``limit``, ``usage``, a refusal's ``available``).
 
 A grant is settled once: the first :meth:`Ledger.reconcile` or
-:meth:`Ledger.release` corrects it, later ones are no-ops. That keeps a retried
+:meth:`Ledger.release` corrects it, later ones are no-ops; so is a settle whose
+grant names another queue, flavor or owner than the reservation of its id (ledgers
+count those as ``foreign_settles`` and log the first). That keeps a retried
 release from refunding twice, and lets the Redis ledger drop a reservation's
 record as soon as it is settled instead of keeping it for a month.
 """
@@ -14,8 +16,8 @@ record as soon as it is settled instead of keeping it for a month.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from quota.ledger import BUDGET_RESOURCES, RATE_RESOURCES, Refusal
@@ -27,7 +29,10 @@ __all__ = [
     "Grant",
     "Ledger",
     "LedgerUnavailableError",
+    "RecentSpend",
     "Refusal",
+    "Spent",
+    "SpentSource",
     "UnknownQueueError",
     "check_actual",
     "check_amounts",
@@ -72,6 +77,33 @@ class Grant:
     # per resource: seconds until ``remaining`` is back at the limit if nothing more is
     # reserved (quota.ledger.full_reset_after: a rate's window, a budget's period end)
     reset_after: dict[str, float]
+    # The ledger (gateway process) that made it: a settle must come from it, so a
+    # grant of another process (or of before a Redis restart) never settles this one.
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecentSpend:
+    """What one queue spent of one flavor in the last rate window, as recorded."""
+
+    tokens: int
+    requests: int
+    last_at: float  # when the latest of those calls was recorded (seconds since the epoch)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The durable account of what queues spent, to rebuild a ledger that lost it."""
+
+    measured_at: float
+    # (queue, flavor, budget resource) -> tokens spent in the periods measured_at is in
+    budgets: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    # (queue, flavor) -> what was spent in the last minute (for the per-minute rates)
+    recent: Mapping[tuple[str, str], RecentSpend] = field(default_factory=dict)
+
+
+SpentSource = Callable[[], Awaitable[Spent]]
+"""Reads :class:`Spent` from the durable store (the usage records)."""
 
 
 class Ledger(Protocol):
@@ -87,6 +119,10 @@ class Ledger(Protocol):
     estimate charged until its window or period ends. The in-process ledger never
     raises it.
     """
+
+    # Settles that changed nothing: no reservation of the grant's id (settled already,
+    # or lost with the store's state), or one of another queue, flavor or owner.
+    foreign_settles: int
 
     async def reserve(
         self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
@@ -150,6 +186,16 @@ class Ledger(Protocol):
         """Charge budgets with what was spent before this ledger started, per (queue,
         flavor, budget resource) in the periods ``measured_at`` was in, replacing what
         an earlier call restored; a no-op for a :attr:`durable` ledger."""
+        ...
+
+    def restore_from(self, spent: SpentSource) -> None:
+        """Where a shared ledger reads what was spent, to rebuild itself when its store
+        lost its state (a Redis restart without persistence); it grants nothing until
+        it has. A no-op for the in-process ledger."""
+        ...
+
+    async def store_warnings(self) -> list[str]:
+        """What is wrong with the store's settings for a ledger (empty if nothing)."""
         ...
 
     async def aclose(self) -> None: ...

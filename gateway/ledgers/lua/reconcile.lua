@@ -14,12 +14,18 @@
 -- ARGV[2] reservation id   ARGV[3] now
 -- then per resource, in the order of the static part's "r": actual ('' keeps the
 --         estimate), period end of the budget key ('' for a rate)
+-- then the owner the grant names (the ledger that made it)
 --
--- Returns 1 if the reservation was open, else 0.
+-- Returns 1 if the reservation was open, 0 if there is none of that id (settled
+-- already, or made before Redis lost its state), -1 if it is another's: a different
+-- queue, flavor or owner (ledger) than the static part names. Only 1 changes anything.
 
 local record = KEYS[1]
-if redis.call('EXISTS', record) == 0 then return 0 end
 local static = cjson.decode(ARGV[1])
+local owner = ARGV[4 + 2 * #static.r]
+local mine = redis.call('HMGET', record, 'q', 'f', 'o')
+if not mine[1] then return 0 end
+if mine[1] ~= static.q or mine[2] ~= static.f or mine[3] ~= owner then return -1 end
 local id, now_s = ARGV[2], ARGV[3]
 local now = tonumber(now_s)
 local nodes = static.n
