@@ -30,6 +30,7 @@ from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
 from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
+from gateway.usage.reclaim import Reclaimer
 from quota.ledger import BUDGET_RESOURCES
 from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
@@ -76,6 +77,7 @@ class Services:
     # once from the usage records for an in-process ledger (gateway.usage.budgets).
     spent_before_start: SpentBudgets | None = None
     outages: Outages = field(default_factory=Outages)  # logged once each, not per call
+    reclaimer: Reclaimer | None = None  # settles and records the calls of dead gateways
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -120,6 +122,15 @@ class Services:
         )
         # A shared ledger whose Redis lost its state rebuilds from the usage records.
         ledger.restore_from(lambda: spent(database))
+
+        async def forget(ids: list[str]) -> None:  # recorded: the ledger keeps them no more
+            try:
+                await ledger.forget(ids)
+            except LedgerUnavailableError as err:  # kept until their period ends
+                outages.redis.failed(err)
+
+        recorder.written_hook = forget
+        reclaimer = Reclaimer(ledger, recorder, options.lease_seconds, outages.redis)
         inference = InferenceService(
             ledger=ledger,
             client=upstreams,
@@ -143,6 +154,7 @@ class Services:
             health=health,
             backends=backends,
             outages=outages,
+            reclaimer=reclaimer,
         )
 
     async def reload_config(self) -> None:
@@ -182,6 +194,16 @@ class Services:
             return
         self.outages.redis.recovered(began)
         self.config_version = version
+
+    def _lease_rounds(self) -> list[Rounds]:
+        """With a shared ledger: renew this gateway's lease, reclaim dead ones' calls."""
+        reclaimer, options = self.reclaimer, self.settings.inference
+        if reclaimer is None or not self.inference.ledger.durable:
+            return []
+        return [
+            Rounds(reclaimer.renew, interval=options.lease_seconds / 3, name="ignara-lease"),
+            Rounds(reclaimer.round, interval=options.reclaim_interval, name="ignara-reclaim"),
+        ]
 
     async def check_ledger_store(self) -> None:
         """Say at start what is wrong with the ledger's Redis settings: loudly when
@@ -258,16 +280,24 @@ class Services:
         await self.health.start()
         watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
         watcher.start()
+        leases = self._lease_rounds()
+        for rounds in leases:
+            rounds.start()
         self.runtime = AdmissionRuntime(self.database, self.backends, outage=self.outages.database)
         await self.runtime.start()
         try:
             yield
         finally:
             await watcher.stop()
+            for rounds in leases:
+                await rounds.stop()
             await self.health.stop()
             await self.runtime.stop()
             await self.inference.drain()
             await self.recorder.stop()
+            if leases:  # every record written: nothing left for others to reclaim
+                with contextlib.suppress(LedgerUnavailableError):
+                    await self.inference.ledger.drop_lease()
             await self.upstreams.close()
             await self.inference.ledger.aclose()
             for backend in self.backends.values():

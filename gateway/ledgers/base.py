@@ -16,7 +16,7 @@ record as soon as it is settled instead of keeping it for a month.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +30,7 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "RecentSpend",
+    "Reclaimed",
     "Refusal",
     "Spent",
     "SpentSource",
@@ -83,6 +84,23 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A reservation of a gateway whose lease expired (it died): to settle and record."""
+
+    id: str
+    owner: str  # the gateway that made it
+    queue: str
+    flavor: str
+    amounts: dict[str, int]  # what was reserved (the estimate)
+    note: str  # what the gateway noted of the call at its reservation
+    checkpoint: int | None  # the tokens it last said the call had used, if it did
+    settled: int | None  # the tokens it was settled at, if its gateway settled it
+
+    def grant(self) -> Grant:
+        return Grant(self.id, self.queue, self.flavor, dict(self.amounts), {}, {}, self.owner)
+
+
+@dataclass(frozen=True, slots=True)
 class RecentSpend:
     """What one queue spent of one flavor in the last rate window, as recorded."""
 
@@ -125,9 +143,47 @@ class Ledger(Protocol):
     foreign_settles: int
 
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
-        """Reserve every amount over the queue and its cohorts at once, or nothing."""
+        """Reserve every amount over the queue and its cohorts at once, or nothing.
+        ``note``: what a shared ledger keeps with the reservation until the call's usage
+        record is written (:meth:`forget`), for another gateway to record the call
+        (:meth:`reclaim`) should this one die first."""
+        ...
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        """Note the tokens a live call has used so far (fire and forget): what it is
+        settled at if its gateway dies."""
+        ...
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        """The usage records of these settled reservations are written: drop them."""
+        ...
+
+    async def renew_lease(self, seconds: float) -> None:
+        """Hold (or extend) this gateway's lease for ``seconds``."""
+        ...
+
+    async def drop_lease(self) -> None:
+        """Give the lease up (a graceful stop, every record written)."""
+        ...
+
+    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
+        """Up to ``limit`` reservations of gateways whose lease expired, live or settled
+        but not yet recorded (settle the live ones with :meth:`settle_orphan`)."""
+        ...
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        """Settle a dead gateway's live reservation at ``tokens`` (one request); False
+        if someone else settled it first."""
         ...
 
     async def reconcile(

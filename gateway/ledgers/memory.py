@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gateway.ledgers.base import (
     Grant,
+    Reclaimed,
     Refusal,
     SpentSource,
     UnknownQueueError,
@@ -50,7 +51,13 @@ class MemoryLedger:
         self.foreign_settles = 0  # settles of a reservation that is not (or no longer) there
 
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
@@ -159,6 +166,28 @@ class MemoryLedger:
                 per_call.setdefault((queue, flavor), {})[resource] = tokens * MILLI
         for (queue, flavor), amounts in per_call.items():
             self._restored.append(self._ledger.charge_spent(queue, flavor, amounts, at))
+
+    # A process that dies takes this ledger with it: nobody is left to reclaim from.
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        return None
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        return None
+
+    async def renew_lease(self, seconds: float) -> None:
+        return None
+
+    async def drop_lease(self) -> None:
+        return None
+
+    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
+        return []
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        return False
 
     def restore_from(self, spent: SpentSource) -> None:
         """Nothing to do: this ledger never loses its state but with its process, and

@@ -53,6 +53,7 @@ from redis.typing import EncodableT, KeyT
 from gateway.ledgers.base import (
     Grant,
     LedgerUnavailableError,
+    Reclaimed,
     Refusal,
     Spent,
     SpentSource,
@@ -127,7 +128,9 @@ def _script(name: str) -> LuaScript:
     return LuaScript.of((lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text())
 
 
-_RESERVE, _RECONCILE, _USAGE, _REBUILD = map(_script, ("reserve", "reconcile", "usage", "rebuild"))
+_RESERVE, _RECONCILE, _USAGE, _REBUILD, _LEASES = map(
+    _script, ("reserve", "reconcile", "usage", "rebuild", "leases")
+)
 
 
 @dataclass(slots=True)
@@ -173,6 +176,7 @@ class RedisLedger:
         self._paths: dict[tuple[str, str, tuple[str, ...]], _Path] = {}
         self._tag = "{" + prefix + "}"
         self._seq = f"{self._tag}:seq".encode()
+        self._prefix = f"{self._tag}:"
         self._epoch_key = f"{self._tag}:epoch"
         self._lock_key = f"{self._tag}:rebuild"
         # Who this ledger is: every reservation it makes names it, and only it settles them.
@@ -181,7 +185,9 @@ class RedisLedger:
         self._rebuilding: asyncio.Task[None] | None = None
         self.rebuilds = 0  # how often this replica rebuilt the ledger
         self.foreign_settles = 0  # settles of a reservation that is not (or no longer) there
-        self._batcher = ScriptBatcher(client, preload=(_RESERVE, _RECONCILE, _USAGE, _REBUILD))
+        self._batcher = ScriptBatcher(
+            client, preload=(_RESERVE, _RECONCILE, _USAGE, _REBUILD, _LEASES)
+        )
 
     @classmethod
     def from_url(
@@ -220,7 +226,13 @@ class RedisLedger:
     # -- the Ledger protocol --------------------------------------------------------------
 
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
@@ -232,6 +244,8 @@ class RedisLedger:
         args: list[EncodableT] = [path.static, repr(at)]
         for amount, end in zip(amounts.values(), path.ends, strict=True):
             args += (amount * MILLI, end or rate_end)
+        if note:
+            args += ("", note)
         for attempt in range(2):
             reply = await self._run(
                 _RESERVE,
@@ -337,6 +351,39 @@ class RedisLedger:
     @property
     def durable(self) -> bool:
         return True
+
+    # -- leases: a dead gateway's reservations ----------------------------------------------
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        args: list[EncodableT] = ["check", self._prefix, max(0, tokens), grant.id, grant.owner]
+        # Fire and forget: a lost checkpoint only makes a reclaim less exact.
+        self._batcher.call(_LEASES, [], args).add_done_callback(_ignore)
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        if ids:
+            await self._run(_LEASES, [], ["forget", self._prefix, *ids])
+
+    async def renew_lease(self, seconds: float) -> None:
+        ms = max(1, int(seconds * 1000))
+        await self._run(_LEASES, [], ["renew", self._prefix, self.owner, ms])
+
+    async def drop_lease(self) -> None:
+        await self._run(_LEASES, [], ["drop", self._prefix, self.owner])
+
+    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
+        reply = await self._run(_LEASES, [], ["orphans", self._prefix, limit, self.owner])
+        try:
+            return [_reclaimed(str(owner), str(rid), fields) for owner, rid, fields in reply]
+        except (LookupError, TypeError, ValueError) as err:
+            raise LedgerUnavailableError(f"unexpected reply to reclaim: {reply!r}") from err
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        grant = orphan.grant()
+        used = {r: 1 if r == "requests-per-minute" else tokens for r in grant.amounts}
+        keys, args = self._settlement(grant, used, now)
+        return str(await self._run(_RECONCILE, keys, args)) == "1"
 
     async def restore_budgets(
         self,
@@ -500,7 +547,7 @@ class RedisLedger:
         record = f"{self._tag}:res:{grant.id}"
         path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
         if path is None:  # the queue left the configuration: only settle
-            only = {"q": grant.queue, "f": grant.flavor, "n": [], "r": []}
+            only = {"q": grant.queue, "f": grant.flavor, "k": self._prefix, "n": [], "r": []}
             return (record,), [json.dumps(only).encode(), grant.id, repr(at), grant.owner]
         if not path.since <= at < path.until:
             self._refresh(path, at)
@@ -519,6 +566,7 @@ class RedisLedger:
             return  # refused: nothing was taken
         grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {}, self.owner)
         keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), at)
+        args.append("drop")  # nobody will record a call nobody waited for
         self._batcher.call(_RECONCILE, keys, args).add_done_callback(_log_failure)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
@@ -586,6 +634,29 @@ class RedisLedger:
             remaining={r: to_units(int(reply[6 + 2 * i])) for i, r in enumerate(resources)},
             reset_after={r: float(reply[7 + 2 * i]) for i, r in enumerate(resources)},
         )
+
+
+def _ignore(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: a lost checkpoint is not worth a log line
+
+
+def _reclaimed(owner: str, rid: str, fields: list[Any]) -> Reclaimed:
+    """A reservation's record (HGETALL's flat list) as a :class:`Reclaimed`."""
+    record = {str(fields[i]): str(fields[i + 1]) for i in range(0, len(fields), 2)}
+    amounts = {
+        name[2:]: to_units(int(value)) for name, value in record.items() if name.startswith("a:")
+    }
+    used = [
+        to_units(int(value))
+        for name, value in record.items()
+        if name.startswith("u:") and name[2:] != "requests-per-minute"
+    ]
+    settled = max(used, default=0) if "d" in record else None
+    checkpoint = int(record["t"]) if "t" in record else None
+    return Reclaimed(
+        rid, owner, record["q"], record["f"], amounts, record.get("n", ""), checkpoint, settled
+    )
 
 
 def _lost(reply: Any) -> bool:

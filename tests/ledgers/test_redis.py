@@ -88,13 +88,13 @@ async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
         await client.script_flush()  # as a fresh server has it
         sent = RoundTrips(monkeypatch)
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
-        # all four scripts ride with the first call, so calls queued in order run in order
-        assert sent.names() == [["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
+        # all five scripts ride with the first call, so calls queued in order run in order
+        assert sent.names() == [["SCRIPT LOAD"] * 5 + ["EVALSHA"]]
         await client.script_flush()  # as a restarted server would have it
         sent.trips.clear()
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
-        # the lost call is sent again behind all four scripts
-        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
+        # the lost call is sent again behind all five scripts
+        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"] * 5 + ["EVALSHA"]]
         assert await ledger.usage("a", POOL, TPM, now=T0) == 20  # the lost EVALSHA did not run
 
 

@@ -11,8 +11,11 @@
 -- ARGV[1]        the call's static part (JSON, see common.lua)
 -- ARGV[2]        now
 -- then per resource, in the order of the static part's "r": amount, expiry
--- then, only to restore what was spent before Redis lost its state: 'restore' (charge
---                even past the quota, whether or not {p}:epoch exists; keep no record)
+-- then a mode: '' (a call), or 'restore' to charge what was spent before Redis lost its
+--                state (even past the quota, whether or not {p}:epoch exists; no record)
+-- then the call's note ('' for none): kept in the record (n) for whoever records the
+--                call should its gateway die; a call with a note is listed in
+--                {p}:open:<owner> until its usage record is written
 --
 -- Returns {-1} when {p}:epoch is missing: Redis lost its state (a restart without
 -- persistence, an eviction) and the ledger must be rebuilt before anything is granted.
@@ -148,6 +151,13 @@ if not restoring then
   -- o: the ledger (gateway process) that made it; a settle must name all three
   redis.call('HSET', record, 'q', queue, 'f', flavor, 'o', static.o)
   keep_for(record, latest - now + margin)
+  local note = ARGV[4 + 2 * #wants]
+  if note and note ~= '' then
+    local open = static.k .. 'open:' .. static.o
+    redis.call('HSET', record, 'n', note)
+    redis.call('SADD', open, id)
+    keep_for(open, latest - now + margin)
+  end
 end
 local reply = {1, id}
 for _, want in ipairs(wants) do
