@@ -127,10 +127,10 @@ class Services:
             try:
                 await ledger.forget(ids)
             except LedgerUnavailableError as err:  # kept until their period ends
-                outages.redis.failed(err)
+                log.debug("cannot drop %d recorded reservations: %s", len(ids), err)
 
         recorder.written_hook = forget
-        reclaimer = Reclaimer(ledger, recorder, options.lease_seconds, outages.redis)
+        reclaimer = Reclaimer(ledger, recorder, options.lease_seconds)
         inference = InferenceService(
             ledger=ledger,
             client=upstreams,

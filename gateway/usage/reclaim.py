@@ -21,7 +21,6 @@ from typing import Any
 import msgspec
 
 from gateway.ledgers import Ledger, LedgerUnavailableError, Reclaimed
-from gateway.outages import Outage
 from gateway.usage.recorder import UsageRecorder
 from tenants.services.usage import UsageRecord
 
@@ -40,19 +39,18 @@ class Reclaimer:
     ledger: Ledger
     recorder: UsageRecorder
     lease_seconds: float
-    outage: Outage
     batch: int = 200
     reclaimed: int = 0  # reservations this gateway settled or recorded for a dead one
 
+    # A Redis outage is told by the calls that fail (gateway.outages): these rounds only
+    # try again at their next turn, quietly.
+
     async def renew(self) -> None:
         """One lease renewal (a background round: never raises)."""
-        began = self.outage.now()
         try:
             await self.ledger.renew_lease(self.lease_seconds)
         except LedgerUnavailableError as err:
-            self.outage.failed(err)
-            return
-        self.outage.recovered(began)
+            log.debug("cannot renew the lease: %s", err)
 
     async def round(self) -> None:
         """Settle and record what dead gateways left (a background round)."""
@@ -63,7 +61,7 @@ class Reclaimer:
                 if len(orphans) < self.batch:
                     break
         except LedgerUnavailableError as err:
-            self.outage.failed(err)
+            log.debug("cannot reclaim dead gateways' calls: %s", err)
 
     async def _take(self, orphan: Reclaimed) -> None:
         note = _parse(orphan.note)

@@ -483,6 +483,25 @@ async def test_a_settle_changes_only_its_own_reservation(make_ledger: MakeLedger
     assert ledger.foreign_settles == 2 * len(forged) + 1
 
 
+async def test_a_call_with_a_note_is_reserved_and_settled_alike(make_ledger: MakeLedger) -> None:
+    """The note (for a shared ledger's reclaim) changes no answer; what the ledger keeps
+    of a settled call until it is recorded is not usage."""
+    ledger = make_ledger(team())
+    plain = await ledger.reserve("a", POOL, {TPM: 300, TPD: 300}, now=T0)
+    noted = await ledger.reserve("a", POOL, {TPM: 300, TPD: 300}, now=T0, note='{"prompt": 3}')
+    assert isinstance(plain, Grant) and isinstance(noted, Grant)
+    assert _anonymous(noted) == dataclasses.replace(
+        _anonymous(plain), remaining={TPM: 600, TPD: 9400}
+    )
+    ledger.checkpoint(noted, 40)
+    await ledger.reconcile(noted, {TPM: 40, TPD: 40}, now=T0 + 1)
+    await ledger.release(noted, now=T0 + 1)  # settled once
+    assert await ledger.usage("a", POOL, TPD, now=T0 + 1) == 340
+    await ledger.forget([noted.id])
+    assert await ledger.usage("a", POOL, TPD, now=T0 + 1) == 340
+    assert await ledger.reclaim() == []  # nobody died
+
+
 async def test_update_config_keeps_live_reservations_counted(make_ledger: MakeLedger) -> None:
     ledger = make_ledger(team())
     first = await ledger.reserve("a", POOL, {TPM: 1200, TPD: 3000}, now=T0)
