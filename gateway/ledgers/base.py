@@ -174,9 +174,10 @@ class Ledger(Protocol):
         """Give the lease up (a graceful stop, every record written)."""
         ...
 
-    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
         """Up to ``limit`` reservations of gateways whose lease expired, live or settled
-        but not yet recorded (settle the live ones with :meth:`settle_orphan`)."""
+        but not yet recorded (settle the live ones with :meth:`settle_orphan`), in
+        (owner, id) order after ``after`` (the last one of the previous page)."""
         ...
 
     async def settle_orphan(

@@ -181,7 +181,7 @@ class MemoryLedger:
     async def drop_lease(self) -> None:
         return None
 
-    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
         return []
 
     async def settle_orphan(

@@ -370,8 +370,9 @@ class RedisLedger:
     async def drop_lease(self) -> None:
         await self._run(_LEASES, [], ["drop", self._prefix, self.owner])
 
-    async def reclaim(self, limit: int = 100) -> list[Reclaimed]:
-        reply = await self._run(_LEASES, [], ["orphans", self._prefix, limit, self.owner])
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
+        args: list[EncodableT] = ["orphans", self._prefix, limit, self.owner, *after]
+        reply = await self._run(_LEASES, [], args)
         try:
             return [_reclaimed(str(owner), str(rid), fields) for owner, rid, fields in reply]
         except (LookupError, TypeError, ValueError) as err:

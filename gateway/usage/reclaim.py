@@ -15,7 +15,7 @@ id, which the database keeps unique, so a call is never recorded twice.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # The status a call whose gateway died mid-call is recorded with: its client saw the
 # connection drop, which a proxy in front reports as a bad gateway.
 BROKEN = 502
+_QUEUED_MAX = 100_000
 _decoder = msgspec.json.Decoder()
 
 
@@ -41,6 +42,8 @@ class Reclaimer:
     lease_seconds: float
     batch: int = 200
     reclaimed: int = 0  # reservations this gateway settled or recorded for a dead one
+    # ids of dead gateways' calls this one queued for recording
+    _queued: set[str] = field(default_factory=set)
 
     # A Redis outage is told by the calls that fail (gateway.outages): these rounds only
     # try again at their next turn, quietly.
@@ -54,12 +57,14 @@ class Reclaimer:
 
     async def round(self) -> None:
         """Settle and record what dead gateways left (a background round)."""
+        after = ("", "")
         try:
-            while orphans := await self.ledger.reclaim(self.batch):
+            while orphans := await self.ledger.reclaim(self.batch, after):
                 for orphan in orphans:
                     await self._take(orphan)
                 if len(orphans) < self.batch:
                     break
+                after = (orphans[-1].owner, orphans[-1].id)
         except LedgerUnavailableError as err:
             log.debug("cannot reclaim dead gateways' calls: %s", err)
 
@@ -67,12 +72,17 @@ class Reclaimer:
         note = _parse(orphan.note)
         prompt = _count(note.get("prompt"))
         if orphan.settled is not None:
+            if orphan.id in self._queued:
+                return  # queued for writing by an earlier round: not yet written
             tokens, status = orphan.settled, 200
         else:
             tokens = orphan.checkpoint if orphan.checkpoint is not None else prompt
             if not await self.ledger.settle_orphan(orphan, tokens):
                 return  # another gateway settled it first, and records it
             status = BROKEN
+        if len(self._queued) >= _QUEUED_MAX:  # a bound; a repeat is only skipped by SQL
+            self._queued.clear()
+        self._queued.add(orphan.id)
         self.reclaimed += 1
         if self.reclaimed == 1:
             log.warning(

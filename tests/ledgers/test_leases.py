@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
 from redis.asyncio import Redis
 
 from gateway.ledgers import Grant, RedisLedger
+from gateway.usage import UsageRecord, UsageRecorder
+from gateway.usage.reclaim import BROKEN, Reclaimer
 from tests.ledgers.configs import POOL, RPM, T0, TPD, TPM, team
 from tests.support.redis import unique_prefix
 
@@ -112,4 +115,39 @@ async def test_calls_without_a_note_leave_nothing_behind(redis_url: str) -> None
         tag = "{" + dead._tag.strip("{}") + "}"
         assert not await client.exists(f"{tag}:res:{grant.id}")
         await dead.drop_lease()
+        assert await alive.reclaim() == []
+
+
+class Records:
+    """A stand-in for the usage recorder: what was queued for writing."""
+
+    def __init__(self) -> None:
+        self.queued: list[UsageRecord] = []
+
+    def record(self, record: UsageRecord) -> None:
+        self.queued.append(record)
+
+
+async def test_a_reclaim_round_settles_and_records_each_call_once(redis_url: str) -> None:
+    async with two_gateways(redis_url) as (dead, alive, client):
+        note = '{"tenant": "acme", "principal": "bot", "key": "k1", "model": "m", "prompt": 7}'
+        grants = [await _reserve(dead, 200, note) for _ in range(5)]
+        await _checkpointed(client, dead, grants[0], 90)
+        await dead.reconcile(grants[1], {TPM: 30, RPM: 1, TPD: 30}, now=T0)  # not recorded
+        await asyncio.sleep(LEASE * 2)
+        records = Records()
+        reclaimer = Reclaimer(alive, cast(UsageRecorder, records), LEASE, batch=2)
+        await reclaimer.renew()
+        await reclaimer.round()
+        await reclaimer.round()  # nothing was written yet: nothing is queued twice
+        queued = {r.reservation: r for r in records.queued}
+        assert len(records.queued) == 5 and set(queued) == {g.id for g in grants}
+        assert all(
+            r.estimated and r.tenant == "acme" and r.api_key_id == "k1" for r in queued.values()
+        )
+        first, settled = queued[grants[0].id], queued[grants[1].id]
+        assert (first.prompt_tokens, first.completion_tokens, first.status) == (7, 83, BROKEN)
+        assert (settled.prompt_tokens + settled.completion_tokens, settled.status) == (30, 200)
+        assert all(queued[g.id].prompt_tokens == 7 for g in grants[2:])  # never checkpointed
+        await alive.forget([g.id for g in grants])  # written
         assert await alive.reclaim() == []

@@ -11,9 +11,10 @@
 --   drop   owner                   give the lease up (a graceful stop); returns 1
 --   check  tokens, id, owner       checkpoint a live call's tokens so far; returns 1
 --   forget id, id, ...             usage records written: drop those reservations
---   orphans limit, self            up to `limit` {owner, id, record fields...} of owners
---                                  other than self whose lease is gone (and forgets
---                                  owners with nothing left)
+--   orphans limit, self, owner, id up to `limit` {owner, id, record fields} of owners
+--                                  other than self whose lease is gone, after (owner,
+--                                  id) in that order (and forgets owners with nothing
+--                                  left)
 
 local action, k = ARGV[1], ARGV[2]
 
@@ -41,26 +42,31 @@ elseif action == 'forget' then
   end
   return 1
 elseif action == 'orphans' then
-  local limit = tonumber(ARGV[3])
-  local found = {}
-  for _, owner in ipairs(redis.call('SMEMBERS', k .. 'owners')) do
-    if owner ~= ARGV[4] and redis.call('EXISTS', k .. 'lease:' .. owner) == 0 then
+  -- in (owner, id) order, those after (ARGV[5], ARGV[6]): a caller pages through them
+  local limit, after_owner, after_id = tonumber(ARGV[3]), ARGV[5], ARGV[6]
+  local reply = {}
+  local owners = redis.call('SMEMBERS', k .. 'owners')
+  table.sort(owners)
+  for _, owner in ipairs(owners) do
+    if owner >= after_owner and owner ~= ARGV[4]
+        and redis.call('EXISTS', k .. 'lease:' .. owner) == 0 then
       local open = k .. 'open:' .. owner
-      local ids = redis.call('SRANDMEMBER', open, limit - #found)
+      local ids = redis.call('SMEMBERS', open)
       if #ids == 0 then redis.call('SREM', k .. 'owners', owner) end
+      table.sort(ids)
       for _, id in ipairs(ids) do
-        local fields = redis.call('HGETALL', k .. 'res:' .. id)
-        if #fields == 0 then
-          redis.call('SREM', open, id)  -- expired with its period
-        else
-          found[#found + 1] = {owner, id, fields}
+        if owner > after_owner or id > after_id then
+          local fields = redis.call('HGETALL', k .. 'res:' .. id)
+          if #fields == 0 then
+            redis.call('SREM', open, id)  -- expired with its period
+          else
+            reply[#reply + 1] = {owner, id, fields}
+            if #reply >= limit then return reply end
+          end
         end
       end
-      if #found >= limit then break end
     end
   end
-  local reply = {}
-  for _, each in ipairs(found) do reply[#reply + 1] = each end
   return reply
 end
 return redis.error_reply('leases.lua: unknown action ' .. tostring(action))
