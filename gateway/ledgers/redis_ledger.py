@@ -503,11 +503,14 @@ class RedisLedger:
         if not int(await self._run(_FINISH_REBUILD, keys, [self.owner, epoch])):
             raise LedgerUnavailableError("Redis lost its state again during the rebuild")
         self.rebuilds += 1
+        # WARNING: outside a first start, Redis lost what it held (a restart without
+        # persistence, a flush, an eviction), which the operator should hear of.
         log.warning(
-            "token ledger rebuilt: Redis had lost its state (epoch now %s); charged again "
-            "%d tokens and requests that the usage records say were spent",
-            epoch,
+            "token ledger rebuilt in Redis, which held none (a new Redis, or one that lost "
+            "its data); charged again %d tokens and requests that the usage records say "
+            "were spent (epoch %s)",
             restored,
+            epoch,
         )
 
     def _settled(self, grant: Grant, reply: Any) -> None:

@@ -17,7 +17,12 @@
 --                                     key, so budgets reset without touching anything
 --   {p}:res:<id>                      a reservation until it is settled (hash): q queue,
 --                                     f flavor, o owner (the ledger that made it),
---                                     a:<resource> estimate, e:<resource> expiry
+--                                     a:<resource> estimate, e:<resource> expiry; a call
+--                                     to be recorded also n (its note), t (tokens so
+--                                     far), and once settled d and u:<resource> (what it
+--                                     used): it stays until its usage record is written
+--   {p}:open:<owner>                  the ids of the owner's calls to be recorded (set)
+--   {p}:lease:<owner>                 the owner's lease (TTL); {p}:owners lists owners
 --   {p}:seq                           the reservation id counter; an id is <epoch>.<n>
 --   {p}:epoch                         set by whoever rebuilt the ledger last (random):
 --                                     missing means Redis lost its state, and nothing
