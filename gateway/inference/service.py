@@ -376,17 +376,17 @@ class InferenceService:
         """Pass the stream on; account for it however it ends (done, broken, or the
         client gone, which cancels this generator and so closes the upstream)."""
         accountant = StreamAccountant(strip_usage=not context.call.wants_usage_chunk)
-        checkpoint = _Checkpoints(self.ledger, context)
         status = 200
+        checkpoint = _Checkpoints(self.ledger, context)
         try:
             out = accountant.feed(first)
             if out:
                 yield out
             async for chunk in chunks:
                 out = accountant.feed(chunk)
-                checkpoint.maybe(accountant.events)
                 if out:
                     yield out
+                checkpoint.maybe(accountant.events)
             rest = accountant.flush()
             if rest:
                 yield rest
@@ -448,43 +448,6 @@ class InferenceService:
                 reservation=context.grant.id,
             )
         )
-
-
-# -- what another gateway needs to record a call should this one die -----------------------
-
-CHECKPOINT_SECONDS = 1.0  # how often a stream notes its tokens so far in the ledger
-
-
-class _Checkpoints:
-    """Notes a stream's tokens so far in its reservation, at most once a second (fire
-    and forget): should this gateway die, another settles the call at that."""
-
-    __slots__ = ("_context", "_ledger", "_next")
-
-    def __init__(self, ledger: Ledger, context: _Context) -> None:
-        self._ledger = ledger
-        self._context = context
-        self._next = time.monotonic() + CHECKPOINT_SECONDS
-
-    def maybe(self, events: int) -> None:
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + CHECKPOINT_SECONDS
-            self._ledger.checkpoint(self._context.grant, self._context.call.prompt_tokens + events)
-
-
-def _note(identity: Identity, call: Call) -> str:
-    """What the ledger keeps of the call for :mod:`gateway.usage.reclaim` (JSON)."""
-    return msgspec.json.encode(
-        {
-            "tenant": identity.tenant,
-            "principal": identity.principal,
-            "key": identity.key_id,
-            "model": call.model,
-            "prompt": call.prompt_tokens,
-            "stream": call.stream,
-        }
-    ).decode()
 
 
 def _usage_of(document: dict[str, Any], call: Call) -> tuple[int, int]:
@@ -581,3 +544,40 @@ def _upstream_problem(err: UpstreamError, context: _Context) -> InferenceError:
         code=err.code,
         headers=context.headers(given_back=True),
     )
+
+
+# -- what another gateway needs to record a call should this one die -----------------------
+
+CHECKPOINT_SECONDS = 1.0  # how often a stream notes its tokens so far in the ledger
+
+
+class _Checkpoints:
+    """Notes a stream's tokens so far in its reservation, at most once a second (fire
+    and forget): should this gateway die, another settles the call at that."""
+
+    __slots__ = ("_context", "_ledger", "_next")
+
+    def __init__(self, ledger: Ledger, context: _Context) -> None:
+        self._ledger = ledger
+        self._context = context
+        self._next = time.monotonic() + CHECKPOINT_SECONDS
+
+    def maybe(self, events: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + CHECKPOINT_SECONDS
+            self._ledger.checkpoint(self._context.grant, self._context.call.prompt_tokens + events)
+
+
+def _note(identity: Identity, call: Call) -> str:
+    """What the ledger keeps of the call for :mod:`gateway.usage.reclaim` (JSON)."""
+    return msgspec.json.encode(
+        {
+            "tenant": identity.tenant,
+            "principal": identity.principal,
+            "key": identity.key_id,
+            "model": call.model,
+            "prompt": call.prompt_tokens,
+            "stream": call.stream,
+        }
+    ).decode()

@@ -8,10 +8,10 @@ Failure knobs (attributes, change them any time):
     ``delay``              seconds to wait before sending headers (slow upstream)
     ``fail_status``        answer every inference call with this status (e.g. 500, 503)
     ``malformed``          send a 200 with a body that is not JSON
-    ``break_after``        cut the connection after this many streamed chunks
-    ``chunk_delay``        seconds between streamed chunks
     ``holds``              {name: asyncio.Event}: a stream whose request names it in
                            ``user`` waits for the event before its last chunk
+    ``break_after``        cut the connection after this many streamed chunks
+    ``chunk_delay``        seconds between streamed chunks
 ``await stop()`` makes it "down" (nothing listens on its port); ``await start()`` brings it
 back on the same port. ``requests`` counts calls per path; ``disconnects`` counts streams the
 client abandoned; ``streams_finished`` counts streams sent to the end.
@@ -39,9 +39,9 @@ class FakeOpenAI:
         self.delay = 0.0
         self.fail_status: int | None = None
         self.malformed = False
+        self.holds: dict[str, asyncio.Event] = {}
         self.break_after: int | None = None
         self.chunk_delay = 0.0
-        self.holds: dict[str, asyncio.Event] = {}
         self.requests: Counter[str] = Counter()
         self.auth_headers: list[str | None] = []
         self.disconnects = 0
