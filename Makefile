@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test lint typecheck bench clean slurm-packages slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -27,8 +27,22 @@ lint: install
 typecheck: install
 	$(BIN)/mypy --strict quota/ tenants/ gateway/
 
-test: install lint typecheck
+# The Slurm tests run against a real slurmctld/slurmd/slurmrestd from the Debian packages:
+# installed here when missing (as root, with apt; otherwise it says why and the Slurm tests
+# skip, or fail when CI is set). The tests start and stop the cluster themselves.
+slurm-packages: install
+	$(BIN)/python -m tests.support.slurm install
+
+test: install slurm-packages lint typecheck
 	$(BIN)/pytest
+
+# A local Slurm to run gangs on by hand (state, logs and pid files in .slurm/); `up` prints
+# IGNARA_SLURM_URL and IGNARA_SLURM_TOKEN for the gateway (see README, Running on Slurm).
+slurm-up: install
+	$(BIN)/python -m tests.support.slurm up .slurm
+
+slurm-down: install
+	$(BIN)/python -m tests.support.slurm down .slurm
 
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100

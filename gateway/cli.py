@@ -90,6 +90,7 @@ def _migrate_and_apply(
     (with ``only_if_unconfigured``, only when nothing was configured yet)."""
     import asyncio
 
+    from gateway.backends.registry import refused_secret_variable
     from gateway.inference.catalog import refused_key_variable
     from gateway.services import create_private_database
     from quota.errors import ConfigError
@@ -106,6 +107,7 @@ def _migrate_and_apply(
             config = load_config_file(config_file)
             if (
                 error := refused_key_variable(config.models, settings.inference.key_rule)
+                or refused_secret_variable(config.backends, settings.backends.secret_rule)
             ) is not None:
                 raise ConfigError(error)
             async with database.session() as session:

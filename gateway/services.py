@@ -19,6 +19,7 @@ from gateway.admission import AdmissionRuntime
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
+from gateway.backends.registry import BackendRegistry
 from gateway.background import Rounds
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
@@ -30,11 +31,15 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
-from gateway.usage.budgets import SpentBudgets, spent_budgets
-from quota.model import QuotaConfig
+from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
+from gateway.usage.reclaim import Reclaimer
+from quota.ledger import BUDGET_RESOURCES
+from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
+from tenants.config_file import LOCAL_BACKEND
 from tenants.services.api_keys import has_platform_admin
 from tenants.services.config import (
+    load_backend_config,
     load_inference_settings,
     load_models,
     load_quota_config,
@@ -69,6 +74,12 @@ class Services:
     inference: InferenceService
     health: HealthChecker
     backends: dict[str, Backend] = field(default_factory=dict)
+    # Flavor -> the backend its admitted work goes to (the rest: local); and each cluster
+    # queue's flavors, to know where a workload naming no backend may run.
+    flavor_backends: dict[str, str] = field(default_factory=dict)
+    queue_groups: dict[str, tuple[tuple[frozenset[str], tuple[str, ...]], ...]] = field(
+        default_factory=dict
+    )
     runtime: AdmissionRuntime | None = None
     config_version: int | None = None
     credentials_version: int | None = None
@@ -76,6 +87,8 @@ class Services:
     # once from the usage records for an in-process ledger (gateway.usage.budgets).
     spent_before_start: SpentBudgets | None = None
     outages: Outages = field(default_factory=Outages)  # logged once each, not per call
+    _registry: BackendRegistry | None = None
+    reclaimer: Reclaimer | None = None  # settles and records the calls of dead gateways
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -98,7 +111,7 @@ class Services:
         local = LocalBackend(
             Path(settings.backends.local_root), isolation=settings.backends.local_isolation
         )
-        backends: dict[str, Backend] = {"local": local}
+        backends: dict[str, Backend] = {LOCAL_BACKEND: local}
         policy = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
@@ -118,6 +131,17 @@ class Services:
             prefix=options.ledger_prefix,
             timeout=options.redis_timeout,
         )
+        # A shared ledger whose Redis lost its state rebuilds from the usage records.
+        ledger.restore_from(lambda: spent(database))
+
+        async def forget(ids: list[str]) -> None:  # recorded: the ledger keeps them no more
+            try:
+                await ledger.forget(ids)
+            except LedgerUnavailableError as err:  # kept until their period ends
+                log.debug("cannot drop %d recorded reservations: %s", len(ids), err)
+
+        recorder.written_hook = forget
+        reclaimer = Reclaimer(ledger, recorder, options.lease_seconds)
         inference = InferenceService(
             ledger=ledger,
             client=upstreams,
@@ -144,6 +168,7 @@ class Services:
             health=health,
             backends=backends,
             outages=outages,
+            reclaimer=reclaimer,
         )
 
     async def reload_config(self) -> None:
@@ -151,13 +176,23 @@ class Services:
         database now says (after any change), from one consistent snapshot."""
         async with self.database.snapshot() as session:
             version = await config_version(session)
-            data = await policy_data(session, self.backends)
+            backend_config = await load_backend_config(session)
+            declared = {LOCAL_BACKEND, *(b.name for b in backend_config.backends)}
+            data = await policy_data(session, declared)
             quota = await load_quota_config(session)
             models = await load_models(session)
             inference = await load_inference_settings(session)
             tenants = await live_tenants(session)
             if self.spent_before_start is None and not self.inference.ledger.durable:
                 self.spent_before_start = await spent_budgets(session)
+        await self.registry.apply(backend_config)
+        self.queue_groups = {
+            queue.name: tuple(
+                (frozenset(g.resources), tuple(f.name for f in g.flavors))
+                for g in queue.resource_groups
+            )
+            for queue in quota.cluster_queues
+        }
         # A deleted tenant's keys, cached here, stop at once (the policy drops it too).
         self.api_keys.clear()
         await self.policy.load(load_policies(Path(self.settings.policy.directory)), data)
@@ -183,6 +218,56 @@ class Services:
             return
         self.outages.redis.recovered(began)
         self.config_version = version
+
+    @property
+    def registry(self) -> BackendRegistry:
+        if self._registry is None:
+            self._registry = BackendRegistry(
+                self.backends, self.flavor_backends, self.settings.backends.secret_env
+            )
+        return self._registry
+
+    def backends_for(self, queue: str, resources: set[str]) -> list[str]:
+        """Where a workload of ``queue`` asking for ``resources`` and naming no backend may
+        run: the backends of the flavors it may be given (a flavor naming none: local)."""
+        groups = self.queue_groups.get(queue, ())
+        used = [flavors for names, flavors in groups if names & resources] or [
+            flavors for _, flavors in groups
+        ]
+        found = {self.flavor_backends.get(f, LOCAL_BACKEND) for fs in used for f in fs}
+        return sorted(found) or [LOCAL_BACKEND]
+
+    def _lease_rounds(self) -> list[Rounds]:
+        """With a shared ledger: renew this gateway's lease, reclaim dead ones' calls."""
+        reclaimer, options = self.reclaimer, self.settings.inference
+        if reclaimer is None or not self.inference.ledger.durable:
+            return []
+        return [
+            Rounds(reclaimer.renew, interval=options.lease_seconds / 3, name="ignara-lease"),
+            Rounds(reclaimer.round, interval=options.reclaim_interval, name="ignara-reclaim"),
+        ]
+
+    async def check_ledger_store(self) -> None:
+        """Say at start what is wrong with the ledger's Redis settings: loudly when
+        budgets live there and a restart would forget them."""
+        try:
+            warnings = await self.inference.ledger.store_warnings()
+        except LedgerUnavailableError as err:
+            log.warning("cannot check the token ledger's Redis settings: %s", err)
+            return
+        async with self.database.snapshot() as session:
+            quota = await load_quota_config(session)
+        budgets = any(
+            fr.resource in BUDGET_RESOURCES
+            for group in [q.resource_groups for q in quota.cluster_queues]
+            + [c.resource_groups for c in quota.cohorts]
+            for fr, _ in iter_quotas(group)
+        )
+        for warning in warnings:
+            if budgets or "noeviction" in warning:
+                log.warning("token ledger: %s", warning)
+            else:
+                log.info("token ledger: %s (no token budgets are configured)", warning)
 
     async def announce_isolation(self) -> None:
         """Probe the local backend's sandbox (a real job) and say in one line what holds."""
@@ -231,21 +316,36 @@ class Services:
         await self.database.migrate()
         await self.warn_without_admin()
         await self.reload_config()
+        await self.check_ledger_store()
         await self.upstreams.start()
         await self.recorder.start()
         await self.health.start()
         watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
         watcher.start()
+        self.runtime = AdmissionRuntime(
+            self.database,
+            self.backends,
+            flavor_backends=self.flavor_backends,
+            outage=self.outages.database,
+        )
+        leases = self._lease_rounds()
+        for rounds in leases:
+            rounds.start()
         self.runtime = AdmissionRuntime(self.database, self.backends, outage=self.outages.database)
         await self.runtime.start()
         try:
             yield
         finally:
             await watcher.stop()
+            for rounds in leases:
+                await rounds.stop()
             await self.health.stop()
             await self.runtime.stop()
             await self.inference.drain()
             await self.recorder.stop()
+            if leases:  # every record written: nothing left for others to reclaim
+                with contextlib.suppress(LedgerUnavailableError):
+                    await self.inference.ledger.drop_lease()
             await self.upstreams.close()
             await self.inference.ledger.aclose()
             for backend in self.backends.values():

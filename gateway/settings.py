@@ -50,11 +50,54 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class BackendSecretRule:
+    """Which environment variables a backend's ``token_env`` may name.
+
+    The gateway sends that variable's value to the backend's URL, which an admin chooses,
+    so only variables starting with ``prefix`` (IGNARA_ALLOWED_BACKEND_SECRET_PREFIX,
+    default ``IGNARA_SLURM_``; empty: none by prefix) or listed in ``names``
+    (IGNARA_ALLOWED_BACKEND_SECRETS, comma-separated) may be named.
+    """
+
+    prefix: str = "IGNARA_SLURM_"
+    names: frozenset[str] = frozenset()
+
+    def allows(self, name: str) -> bool:
+        by_prefix = bool(self.prefix) and name.startswith(self.prefix) and name != self.prefix
+        return by_prefix or name in self.names
+
+    def describe(self) -> str:
+        rules = [f"start with {self.prefix}"] if self.prefix else []
+        if self.names:
+            rules.append(f"be one of {', '.join(sorted(self.names))}")
+        if not rules:
+            return "no variable may be (the operator's allow-list of backend secrets is empty)"
+        return (
+            "backend secret variables must "
+            + " or ".join(rules)
+            + " (the operator's IGNARA_ALLOWED_BACKEND_SECRET_PREFIX / "
+            "IGNARA_ALLOWED_BACKEND_SECRETS)"
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> BackendSecretRule:
+        names = env.get("IGNARA_ALLOWED_BACKEND_SECRETS", "")
+        return cls(
+            prefix=env.get("IGNARA_ALLOWED_BACKEND_SECRET_PREFIX", cls.prefix).strip(),
+            names=frozenset(n.strip() for n in names.split(",") if n.strip()),
+        )
+
+
+@dataclass(frozen=True)
 class BackendSettings:
     local_root: str = ".ignara-jobs"  # where the local backend keeps jobs and logs
     # How the local backend isolates jobs (IGNARA_LOCAL_BACKEND_ISOLATION, _UNSAFE, _NETWORK,
     # _UIDS, _MAX_PROCESSES, _READONLY_PATHS, _CGROUP; gateway/backends/isolation.py).
     local_isolation: IsolationSettings = field(default_factory=IsolationSettings)
+    # The variables declared backends' ``token_env`` may name, and their values: only what
+    # the rule allows is kept, so no other secret of the gateway can be sent to a backend.
+    secret_rule: BackendSecretRule = BackendSecretRule()
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 _POLICIES = Path(__file__).resolve().parents[1] / "policies" / "rego"
@@ -119,6 +162,11 @@ class InferenceSettings:
     # a frozen or unreachable Redis fails calls (503) within this, never hangs them.
     # ``?socket_timeout=`` / ``?socket_connect_timeout=`` in REDIS_URL win over it.
     redis_timeout: float = 0.5
+    # Each gateway holds a lease in that Redis for this long, renewed every third of it
+    # (IGNARA_LEASE_SECONDS); once a gateway's lease has expired (it died), the others
+    # settle and record its calls in flight, checking every IGNARA_RECLAIM_INTERVAL s.
+    lease_seconds: float = 10.0
+    reclaim_interval: float = 5.0
     connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
@@ -177,6 +225,8 @@ class Settings:
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root),
                 local_isolation=_local_isolation(env),
+                secret_rule=(secrets := BackendSecretRule.from_env(env)),
+                secret_env={name: value for name, value in env.items() if secrets.allows(name)},
             ),
             policy=PolicySettings(
                 directory=env.get("IGNARA_POLICY_DIR", PolicySettings.directory),
@@ -190,6 +240,15 @@ class Settings:
                 ledger_prefix=env.get("IGNARA_LEDGER_PREFIX", InferenceSettings.ledger_prefix),
                 redis_timeout=_seconds(
                     env, "IGNARA_REDIS_TIMEOUT", InferenceSettings.redis_timeout, positive=True
+                ),
+                lease_seconds=_seconds(
+                    env, "IGNARA_LEASE_SECONDS", InferenceSettings.lease_seconds, positive=True
+                ),
+                reclaim_interval=_seconds(
+                    env,
+                    "IGNARA_RECLAIM_INTERVAL",
+                    InferenceSettings.reclaim_interval,
+                    positive=True,
                 ),
                 connect_timeout=float(
                     env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)

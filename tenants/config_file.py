@@ -1,11 +1,24 @@
 """``ignara.yaml``: the quota vocabulary (``flavors``, ``cohorts``, ``cluster_queues``,
-``fair_sharing``) plus ``tenants`` and the queues each may use."""
+``fair_sharing``) plus ``tenants`` and the queues each may use, ``models``, and the
+``backends`` admitted workloads run on.
+
+A backend is declared by name and kind; a flavor may name the backend its admitted work
+goes to (``flavors: [{name: h100, backend: hpc}]``), else it goes to ``local``::
+
+    backends:
+      - {name: hpc, kind: slurm, url: "http://127.0.0.1:6820", token_env: IGNARA_SLURM_TOKEN,
+         user: root, partition: debug, account: "", api_version: v0.0.38}
+      - {name: local, kind: local}
+
+Secrets are never in the file: ``token_env`` names the environment variable each gateway
+reads the token from (only variables the operator allows, see gateway/settings.py).
+"""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Annotated, Any
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -17,12 +30,17 @@ from quota.model import QuotaConfig
 from tenants.model_checks import base_url_error, env_name_error, model_name_error
 
 __all__ = [
+    "SLURM_API_VERSIONS",
+    "BackendDoc",
     "EndpointDoc",
+    "FlavorDoc",
     "IgnaraConfig",
     "InferenceDoc",
     "LimitsDoc",
+    "LocalBackendDoc",
     "ModelDoc",
     "QueueWaitDoc",
+    "SlurmBackendDoc",
     "TenantDoc",
     "load_config_file",
     "parse_config",
@@ -30,6 +48,48 @@ __all__ = [
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+LOCAL_BACKEND = "local"
+# The slurmrestd API versions the Slurm adapter speaks (gateway/backends/slurm/wire.py).
+SLURM_API_VERSIONS = ("v0.0.38",)
+# A Slurm user, partition or account: what Slurm itself accepts, and nothing a shell or
+# a URL could read as more than a name.
+_SLURM_WORD = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{0,64}$")]
+
+
+class LocalBackendDoc(msgspec.Struct, tag="local", tag_field="kind", forbid_unknown_fields=True):
+    """The gateway's own sandboxed subprocesses (always there, named ``local``)."""
+
+    name: str = LOCAL_BACKEND
+
+
+class SlurmBackendDoc(
+    msgspec.Struct, tag="slurm", tag_field="kind", forbid_unknown_fields=True, omit_defaults=True
+):
+    """A Slurm cluster through slurmrestd. ``token_env`` names the variable holding the
+    JWT (never the token itself); ``user`` is the Slurm user it is for. Job output goes to
+    ``output_dir``, which must exist on the nodes and be readable by the gateway."""
+
+    name: str
+    url: Annotated[str, Meta(max_length=2048)]
+    token_env: str
+    user: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] = "root"
+    partition: _SLURM_WORD = ""  # empty: the cluster's default partition
+    account: _SLURM_WORD = ""  # empty: the user's default account
+    api_version: str = SLURM_API_VERSIONS[0]
+    output_dir: Annotated[str, Meta(min_length=1, max_length=1024)] = "/tmp/ignara-slurm"
+    # srun starts one task per pod; "none" runs the command once, in the batch step.
+    launcher: Literal["srun", "none"] = "srun"
+    timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+
+
+BackendDoc = LocalBackendDoc | SlurmBackendDoc
+
+
+class FlavorDoc(msgspec.Struct, forbid_unknown_fields=True):
+    """A flavor that names the backend its admitted workloads run on."""
+
+    name: str
+    backend: str
 
 
 class LimitsDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -82,17 +142,27 @@ class InferenceDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
 
 
 class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
-    flavors: list[str] = []
+    flavors: list[str | FlavorDoc] = []
     cohorts: list[CohortDoc] = []
     cluster_queues: list[ClusterQueueDoc] = []
     fair_sharing: bool = False
     tenants: list[TenantDoc] = []
     models: list[ModelDoc] = []
     inference: InferenceDoc = msgspec.field(default_factory=InferenceDoc)
+    backends: list[BackendDoc] = []
+
+    @property
+    def flavor_names(self) -> list[str]:
+        return [f if isinstance(f, str) else f.name for f in self.flavors]
+
+    @property
+    def flavor_backends(self) -> dict[str, str]:
+        """Flavor -> the backend its admitted work goes to (flavors naming none: absent)."""
+        return {f.name: f.backend for f in self.flavors if isinstance(f, FlavorDoc)}
 
     def quota_document(self) -> QuotaDocument:
         return QuotaDocument(
-            flavors=self.flavors,
+            flavors=self.flavor_names,
             cohorts=self.cohorts,
             cluster_queues=self.cluster_queues,
             fair_sharing=self.fair_sharing,
@@ -128,7 +198,7 @@ def load_config_file(path: str | Path) -> IgnaraConfig:
 def _check_names(config: IgnaraConfig) -> None:
     pattern = re.compile(NAME_PATTERN)
     sections: list[tuple[str, list[str]]] = [
-        ("flavors", config.flavors),
+        ("flavors", config.flavor_names),
         ("cohorts", [c.name for c in config.cohorts]),
         ("cluster_queues", [q.name for q in config.cluster_queues]),
         ("tenants", [t.name for t in config.tenants]),
@@ -150,10 +220,11 @@ def _check_names(config: IgnaraConfig) -> None:
             if queue not in queues:
                 raise ConfigError(f"tenants[{i}].queues[{j}]: unknown cluster queue {queue!r}")
     _check_models(config, queues)
+    _check_backends(config)
 
 
 def _check_models(config: IgnaraConfig, queues: set[str]) -> None:
-    flavors = set(config.flavors)
+    flavors = set(config.flavor_names)
     models: set[str] = set()
     for i, model in enumerate(config.models):
         if model.name in models:
@@ -190,3 +261,46 @@ def _check_model(i: int, model: ModelDoc) -> None:
         urls.add(endpoint.base_url.rstrip("/"))
         if endpoint.api_key_env is not None and (error := env_name_error(endpoint.api_key_env)):
             raise ConfigError(f"{where}.api_key_env: {error}")
+
+
+def _check_backends(config: IgnaraConfig) -> None:
+    pattern = re.compile(NAME_PATTERN)
+    names = {LOCAL_BACKEND}
+    for i, backend in enumerate(config.backends):
+        where = f"backends[{i}]"
+        if not pattern.match(backend.name):
+            raise ConfigError(
+                f"{where}.name: {backend.name!r} is not a valid name "
+                "(lower-case letters, digits and '-', at most 63 characters)"
+            )
+        if isinstance(backend, LocalBackendDoc):
+            if backend.name != LOCAL_BACKEND:
+                raise ConfigError(f"{where}.name: the local backend is named {LOCAL_BACKEND!r}")
+        else:
+            if backend.name == LOCAL_BACKEND or backend.name in names:
+                raise ConfigError(f"{where}.name: {backend.name!r} is listed twice or taken")
+            _check_slurm(where, backend)
+        names.add(backend.name)
+    if len([b for b in config.backends if isinstance(b, LocalBackendDoc)]) > 1:
+        raise ConfigError("backends: the local backend is listed twice")
+    for i, flavor in enumerate(config.flavors):
+        if isinstance(flavor, FlavorDoc) and flavor.backend not in names:
+            raise ConfigError(
+                f"flavors[{i}].backend: unknown backend {flavor.backend!r} "
+                f"(declared: {', '.join(sorted(names))})"
+            )
+
+
+def _check_slurm(where: str, backend: SlurmBackendDoc) -> None:
+    if (error := base_url_error(backend.url)) is not None:
+        raise ConfigError(f"{where}.url: {error.replace('base_url', 'url')}")
+    if env_name_error(backend.token_env) is not None:
+        raise ConfigError(f"{where}.token_env: invalid variable name {backend.token_env!r}")
+    if backend.api_version not in SLURM_API_VERSIONS:
+        raise ConfigError(
+            f"{where}.api_version: {backend.api_version!r} is not spoken here "
+            f"(supported: {', '.join(SLURM_API_VERSIONS)})"
+        )
+    path = PurePosixPath(backend.output_dir)
+    if not path.is_absolute() or ".." in path.parts or "\0" in backend.output_dir:
+        raise ConfigError(f"{where}.output_dir: must be an absolute path without '..'")

@@ -19,6 +19,7 @@ from gateway.admin.models import check_key_variables
 from gateway.auth import Identity
 from gateway.auth.issue import issue_api_key
 from gateway.authorization import authorize
+from gateway.backends.registry import refused_secret_variable
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
@@ -119,6 +120,12 @@ class AdminController(Controller):
         await authorize(services.policy, request.user, "admin.config.apply")
         config = parse_config(data)
         check_key_variables(config.models, services.settings.inference.key_rule)
+        if (
+            error := refused_secret_variable(
+                config.backends, services.settings.backends.secret_rule
+            )
+        ) is not None:
+            raise ApiError(422, "invalid_request", error)
         async with services.database.session() as session:
             report = await apply_config(session, config, actor=request.user.principal)
         if report.changed:

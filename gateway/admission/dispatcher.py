@@ -6,9 +6,17 @@ Each pass:
      crash is a no-op and a re-admission after preemption is a new job) -> running;
   2. running -> if the backend says it ended: succeeded / failed / cancelled, which
      releases its quota (the admission loop counts only admitted and running work);
+     while it lasts, the backend's own job id, state and pending reason are noted;
   3. cancel requested -> stop the job; once stopped: cancelled;
   4. preempted (pending again, job still named) -> stop the job, forget it.
 Every row change is guarded by the row's version, like the admission loop's.
+
+Which backend: the one the workload names, else the one its admitted flavors name
+(``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
+(``backend``), so the job is followed and stopped there even after a preemption has
+cleared the admission. A backend that cannot be reached (``BackendError`` from submit,
+status or cancel) makes the workload wait, saying so; nothing is failed or submitted
+twice for it (a backend finds a job it already has by its name).
 
 A job carries the workload's limits (``job_limits``): memory and CPU summed over its pods
 as admitted. A backend that refuses every job (the local backend when it cannot isolate
@@ -17,6 +25,7 @@ jobs) fails the workload at once ("BackendRefused") rather than running it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +39,11 @@ from gateway.backends import (
     InvalidJobError,
     JobLimits,
     JobRefusedError,
+    JobRejectedError,
     JobSpec,
     JobState,
+    JobStatus,
+    PodShape,
 )
 from quota.resources import MILLI, parse_quantity
 from tenants import Database
@@ -39,9 +51,14 @@ from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
 from tenants.services.workloads import update_if_unchanged
 
-__all__ = ["DispatchResult", "Dispatcher", "job_limits"]
+__all__ = ["DispatchResult", "Dispatcher", "job_limits", "job_pods"]
+
+log = logging.getLogger(__name__)
 
 _LIMITED = ("memory", "cpu")
+GPU = "nvidia.com/gpu"
+LOCAL = "local"
+UNAVAILABLE = "BackendUnavailable"
 
 
 @dataclass
@@ -52,9 +69,33 @@ class DispatchResult:
 
 
 class Dispatcher:
-    def __init__(self, database: Database, backends: Mapping[str, Backend]) -> None:
+    def __init__(
+        self,
+        database: Database,
+        backends: Mapping[str, Backend],
+        flavor_backends: Mapping[str, str] | None = None,
+    ) -> None:
         self.database = database
         self.backends = backends
+        self.flavor_backends: Mapping[str, str] = (
+            flavor_backends if flavor_backends is not None else {}
+        )
+
+    def backend_of(self, row: WorkloadRow) -> str:
+        """The backend a row's job goes (or went) to."""
+        named: str | None = row.spec.get("backend")
+        if row.state != "admitted" and row.backend is not None:
+            return row.backend  # where its job was sent
+        if named:
+            return named
+        chosen = {
+            self.flavor_backends[flavor]
+            for pod_set in (row.admission or {}).get("pod_sets", [])
+            for flavor in pod_set.get("flavors", {}).values()
+            if flavor in self.flavor_backends
+        }
+        # A gang runs in one place: flavors of two backends cannot host one job.
+        return sorted(chosen)[0] if len(chosen) == 1 else (LOCAL if not chosen else "")
 
     async def run_pass(self) -> DispatchResult:
         result = DispatchResult()
@@ -73,9 +114,15 @@ class Dispatcher:
                 )
             ).all()
         for row in rows:
-            backend = self.backends.get(row.spec.get("backend", "local"))
+            name = self.backend_of(row)
+            backend = self.backends.get(name)
             if backend is None:
-                await self._end(row, "failed", "UnknownBackend", "no such backend is configured")
+                message = (
+                    f"no backend {name!r} is configured"
+                    if name
+                    else "its flavors name different backends; a gang runs on one"
+                )
+                await self._end(row, "failed", "UnknownBackend", message)
                 result.finished.append(row.id)
             elif row.state == "pending" or row.cancel_requested:
                 await self._stop(row, backend, result)
@@ -95,6 +142,7 @@ class Dispatcher:
                 dict(job.get("env", {})),
                 int(row.spec["max_runtime_seconds"]),
                 job_limits(row.spec, row.admission),
+                job_pods(row.spec, row.admission),
             )
         except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))
@@ -102,49 +150,85 @@ class Dispatcher:
             return
         try:
             await backend.submit(spec)
-        except JobRefusedError as err:
+        except (JobRefusedError, JobRejectedError) as err:
             await self._end(row, "failed", "BackendRefused", str(err))
             result.finished.append(row.id)
             return
         except BackendError as err:
-            await self._guarded(row, reason_code="BackendUnavailable", reason_message=str(err))
+            await self._waiting(row, err)
             return  # quota stays held; the next pass tries again
         await self._guarded(
             row,
             state="running",
             job_id=job_id,
+            backend=backend.name,
+            backend_job_id=None,
+            backend_state=None,
+            started_at=None,
+            exit_code=None,
             reason_code="Running",
-            reason_message=f"running on the {backend.name} backend",
+            reason_message=f"submitted to the {backend.name} backend",
         )
         result.started.append(row.id)
 
     async def _follow(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         if row.job_id is None:
             return
-        status = await backend.status(row.job_id)
+        try:
+            status = await backend.status(row.job_id)
+        except BackendError as err:
+            await self._waiting(row, err)  # it may well still run there: look again
+            return
+        noted = _noted(status)
         if status.state in (JobState.PENDING, JobState.RUNNING):
+            if status.state is JobState.PENDING:
+                reason = ("BackendPending", status.message or f"pending on {backend.name}")
+            else:
+                reason = ("Running", f"running on the {backend.name} backend")
+            if (row.reason_code, row.reason_message) != reason or any(
+                getattr(row, k) != v for k, v in noted.items()
+            ):
+                await self._guarded(
+                    row, reason_code=reason[0], reason_message=reason[1][:2000], **noted
+                )
             return
         outcome = {
             JobState.SUCCEEDED: ("succeeded", "Succeeded"),
             JobState.CANCELLED: ("cancelled", "Cancelled"),
         }.get(status.state, ("failed", "Failed"))
         message = status.message or f"exited with code {status.exit_code}"
-        await self._end(row, outcome[0], outcome[1], message)
+        await self._end(row, outcome[0], outcome[1], message, **noted)
         result.finished.append(row.id)
 
     async def _stop(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
+        noted: dict[str, Any] = {}
         if row.job_id is not None:
-            await backend.cancel(row.job_id)
-            status = await backend.status(row.job_id)
+            try:
+                await backend.cancel(row.job_id)
+                status = await backend.status(row.job_id)
+            except BackendError as err:
+                # Not stopped yet: a preempted workload keeps its "Preempted" reason and a
+                # cancelled one stays cancel-requested; the next pass tries again.
+                log.warning("cannot stop job %s on %s yet: %s", row.job_id, backend.name, err)
+                return
             if status.state in (JobState.PENDING, JobState.RUNNING):
                 return  # stopping; look again next pass
+            noted = _noted(status)
         if row.state == "pending":  # preempted: its job is gone, it waits for quota
-            await self._guarded(row, job_id=None)
+            await self._guarded(row, job_id=None, **noted)
         else:
-            await self._end(row, "cancelled", "Cancelled", "cancelled by request")
+            await self._end(row, "cancelled", "Cancelled", "cancelled by request", **noted)
         result.stopped.append(row.id)
 
-    async def _end(self, row: WorkloadRow, state: str, code: str, message: str) -> None:
+    async def _waiting(self, row: WorkloadRow, err: BackendError) -> None:
+        """The backend did not answer: say so on the row (once), change nothing else."""
+        message = str(err)[:2000]
+        if (row.reason_code, row.reason_message) != (UNAVAILABLE, message):
+            await self._guarded(row, reason_code=UNAVAILABLE, reason_message=message)
+
+    async def _end(
+        self, row: WorkloadRow, state: str, code: str, message: str, **noted: Any
+    ) -> None:
         await self._guarded(
             row,
             state=state,
@@ -152,12 +236,47 @@ class Dispatcher:
             reason_code=code,
             reason_message=message[:2000],
             reason_detail=None,
+            **noted,
         )
 
     async def _guarded(self, row: WorkloadRow, **values: Any) -> None:
         """Write only if the row is as read; a lost race is retried next pass."""
         async with self.database.session() as session:
             await update_if_unchanged(session, row, **values)
+
+
+def _noted(status: JobStatus) -> dict[str, Any]:
+    """The backend's own id and state word for the job, when it started and how it exited,
+    as the row keeps them."""
+    noted: dict[str, Any] = {}
+    if status.started_at is not None:
+        noted["started_at"] = status.started_at
+    if status.state.is_final:
+        noted["exit_code"] = status.exit_code
+    if status.backend_job_id is not None:
+        noted["backend_job_id"] = status.backend_job_id[:64]
+    if status.backend_state:
+        noted["backend_state"] = status.backend_state[:32]
+    return noted
+
+
+def job_pods(spec: Mapping[str, Any], admission: Mapping[str, Any] | None) -> tuple[PodShape, ...]:
+    """The gang's shape as admitted: per pod set, its pods and each pod's GPUs, CPU and
+    memory. Raises ``ValueError`` (``QuantityError``, ``InvalidJobError``)."""
+    admitted = {p["name"]: p["count"] for p in (admission or {}).get("pod_sets", [])}
+    pods = []
+    for pod_set in spec["pod_sets"]:
+        requests = pod_set["requests"]
+        quantity = {r: parse_quantity(requests[r]) for r in (GPU, "cpu", "memory") if r in requests}
+        pods.append(
+            PodShape(
+                count=admitted.get(pod_set["name"], pod_set["count"]),
+                gpus=-(-quantity.get(GPU, 0) // MILLI),
+                cpu_millis=quantity.get("cpu") or None,
+                memory_bytes=-(-quantity["memory"] // MILLI) if quantity.get("memory") else None,
+            )
+        )
+    return tuple(pods)
 
 
 def job_limits(spec: Mapping[str, Any], admission: Mapping[str, Any] | None) -> JobLimits:

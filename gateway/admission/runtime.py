@@ -26,13 +26,14 @@ class AdmissionRuntime:
         backends: Mapping[str, Backend],
         *,
         interval: float = 0.5,
+        flavor_backends: Mapping[str, str] | None = None,
         outage: Outage | None = None,
     ) -> None:
         # A database outage fails every round; it is logged once, not every round.
         self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
         self.loop = AdmissionLoop(database)
-        self.dispatcher = Dispatcher(database, backends)
+        self.dispatcher = Dispatcher(database, backends, flavor_backends)
         self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")
 
     async def step(self) -> bool:

@@ -12,7 +12,11 @@ Errors (each with a stable ``code`` for the JSON error body)::
      +-- BackendStateError       backend_state_corrupt: the backend's own records are unreadable
      +-- BackendClosedError      backend_closed: used after ``close()``
      +-- JobRefusedError         backend_refuses_jobs: the backend runs no jobs at all here
-                                 (the local backend, when it cannot isolate them)
+     |                           (the local backend, when it cannot isolate them)
+     +-- JobRejectedError        job_rejected: the backend will never run this job (e.g. it
+     |                           asks for more than any node has); the workload fails
+     +-- BackendUnavailableError backend_unavailable: the backend did not answer, or refused
+                                 the gateway's credentials; the workload waits and is retried
 
 Where a bad job is reported: a spec whose *shape* is wrong cannot be built at all
 (``JobSpec`` raises ``InvalidJobError``; the API layer turns that into a 4xx before anything is
@@ -43,13 +47,16 @@ __all__ = [
     "BackendClosedError",
     "BackendError",
     "BackendStateError",
+    "BackendUnavailableError",
     "InvalidJobError",
     "InvalidWorkloadIdError",
     "JobLimits",
     "JobRefusedError",
+    "JobRejectedError",
     "JobSpec",
     "JobState",
     "JobStatus",
+    "PodShape",
     "refusal_of",
     "validate_workload_id",
 ]
@@ -97,6 +104,18 @@ class JobRefusedError(BackendError):
     """The backend runs no jobs here (e.g. it cannot isolate them); the message says why."""
 
     code = "backend_refuses_jobs"
+
+
+class JobRejectedError(BackendError):
+    """The backend refused this job for good (retrying cannot help); the message says why."""
+
+    code = "job_rejected"
+
+
+class BackendUnavailableError(BackendError):
+    """The backend cannot be reached or refused the gateway; retrying later may help."""
+
+    code = "backend_unavailable"
 
 
 class BackendClosedError(BackendError):
@@ -159,6 +178,31 @@ def _validate_limit(name: str, value: int | None, highest: int) -> None:
 
 
 @dataclass(frozen=True)
+class PodShape:
+    """One pod set of a gang as admitted: ``count`` pods, each asking for ``gpus`` GPUs,
+    ``cpu_millis`` thousandths of a core and ``memory_bytes`` (``None``: not asked).
+
+    Schedulers that place a gang as one job (Slurm) need its shape, not only its totals.
+    """
+
+    count: int
+    gpus: int = 0
+    cpu_millis: int | None = None
+    memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, lowest in (("count", self.count, 1), ("gpus", self.gpus, 0)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not lowest <= value <= 10**6
+            ):
+                raise InvalidJobError(f"{name} must be an integer between {lowest} and 1000000")
+        _validate_limit("cpu_millis", self.cpu_millis, _MAX_CPU_MILLIS)
+        _validate_limit("memory_bytes", self.memory_bytes, _MAX_MEMORY_BYTES)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One job to run: a command (no shell), extra environment, a runtime limit and limits.
 
@@ -177,6 +221,8 @@ class JobSpec:
     env: Mapping[str, str]
     max_runtime_seconds: int
     limits: JobLimits = JobLimits()
+    # The gang's shape (empty: one process, as the local backend runs every job).
+    pods: tuple[PodShape, ...] = ()
 
     def __post_init__(self) -> None:
         validate_workload_id(self.workload_id)
@@ -188,6 +234,9 @@ class JobSpec:
         _validate_runtime(self.max_runtime_seconds)
         if not isinstance(self.limits, JobLimits):
             raise InvalidJobError("limits must be a JobLimits")
+        object.__setattr__(self, "pods", tuple(self.pods))
+        if not all(isinstance(pod, PodShape) for pod in self.pods):
+            raise InvalidJobError("pods must be PodShapes")
 
 
 def _validate_command(command: tuple[str, ...]) -> None:
@@ -225,6 +274,9 @@ class JobStatus:
 
     ``exit_code`` is the command's exit status when it exited by itself, ``-N`` when signal
     ``N`` ended it, and ``None`` when it never ran or the backend could not learn it.
+    ``backend_job_id`` and ``backend_state`` are the backend's own id and state word for the
+    job (e.g. Slurm's ``"4711"`` and ``"PENDING"``), where it has them; ``message`` says why a
+    pending job waits (the backend's reason) or why a job ended.
     """
 
     state: JobState
@@ -232,6 +284,8 @@ class JobStatus:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     message: str = ""
+    backend_job_id: str | None = None
+    backend_state: str = ""
 
 
 @runtime_checkable

@@ -173,7 +173,8 @@ class InferenceService:
         route, quota = await self._place(catalog, identity, call, headers)  # 3
         check_fits(call, quota, catalog.settings)
         prompt = self.corrections.reserved_prompt(call, quota.queue)
-        grant = await self._reserve(catalog, quota, call, prompt, priority)  # 4
+        note = _note(identity, call, prompt)
+        grant = await self._reserve(catalog, quota, call, prompt, priority, note)  # 4
         context = _Context(identity, call, route, quota, grant, started, prompt)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
@@ -297,7 +298,13 @@ class InferenceService:
     # -- 4: quota ----------------------------------------------------------------------
 
     async def _reserve(
-        self, catalog: Catalog, quota: QueueQuota, call: Call, prompt: int, priority: int
+        self,
+        catalog: Catalog,
+        quota: QueueQuota,
+        call: Call,
+        prompt: int,
+        priority: int,
+        note: str | None = None,
     ) -> Grant:
         queue, flavor = quota.queue, quota.flavor
         limits = (limit for resource, limit in quota.limits.items() if resource != REQUESTS)
@@ -305,7 +312,7 @@ class InferenceService:
         max_wait = catalog.max_wait.get(queue)
 
         def attempt() -> Awaitable[Grant | Refusal]:
-            return self.ledger.reserve(queue, flavor, amounts, now=self.clock())
+            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note)
 
         began = self.ledger_outage.now()
         try:
@@ -401,6 +408,7 @@ class InferenceService:
             strip_usage=not context.call.wants_usage_chunk, meter=self._meter(context)
         )
         status = 200
+        checkpoint = _Checkpoints(self.ledger, context)
         try:
             out = accountant.feed(first)
             if accountant.cut:  # past its reservation: stop the upstream, end the stream
@@ -413,6 +421,7 @@ class InferenceService:
                     await chunks.aclose()
                 if out:
                     yield out
+                checkpoint.maybe(accountant.completion_estimate)
             rest = accountant.flush()
             if rest:
                 yield rest
@@ -497,6 +506,7 @@ class InferenceService:
                 streamed=outcome.streamed,
                 api_key_id=identity.key_id,
                 endpoint=outcome.endpoint,
+                reservation=context.grant.id,
             )
         )
 
@@ -588,3 +598,40 @@ def _upstream_problem(err: UpstreamError, context: _Context) -> InferenceError:
         code=err.code,
         headers=context.headers(given_back=True),
     )
+
+
+# -- what another gateway needs to record a call should this one die -----------------------
+
+CHECKPOINT_SECONDS = 1.0  # how often a stream notes its tokens so far in the ledger
+
+
+class _Checkpoints:
+    """Notes a stream's tokens so far in its reservation, at most once a second (fire
+    and forget): should this gateway die, another settles the call at that."""
+
+    __slots__ = ("_context", "_ledger", "_next")
+
+    def __init__(self, ledger: Ledger, context: _Context) -> None:
+        self._ledger = ledger
+        self._context = context
+        self._next = time.monotonic() + CHECKPOINT_SECONDS
+
+    def maybe(self, completion: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + CHECKPOINT_SECONDS
+            self._ledger.checkpoint(self._context.grant, self._context.prompt + completion)
+
+
+def _note(identity: Identity, call: Call, prompt: int) -> str:
+    """What the ledger keeps of the call for :mod:`gateway.usage.reclaim` (JSON)."""
+    return msgspec.json.encode(
+        {
+            "tenant": identity.tenant,
+            "principal": identity.principal,
+            "key": identity.key_id,
+            "model": call.model,
+            "prompt": prompt,  # the input reserved (the estimate, corrected)
+            "stream": call.stream,
+        }
+    ).decode()

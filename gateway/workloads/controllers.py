@@ -15,6 +15,7 @@ from gateway.backends import Backend, BackendError, refusal_of
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
+from gateway.services import Services
 from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
 from tenants import Database
 from tenants.errors import InvalidRequestError
@@ -43,11 +44,11 @@ async def tenant_of(
     return identity
 
 
-def _admission_input(data: WorkloadIn) -> dict[str, Any]:
+def _admission_input(data: WorkloadIn, backend: str) -> dict[str, Any]:
     return {
         "name": data.name,
         "queue": data.queue,
-        "backend": data.backend,
+        "backend": backend,
         "max_runtime_seconds": data.max_runtime_seconds,
         "pod_sets": [
             {"name": p.name, "count": p.count, "requests": dict(p.requests)} for p in data.pod_sets
@@ -79,17 +80,26 @@ class WorkloadController(Controller):
         database: NamedDependency[Database],
         policy: NamedDependency[PolicyEngine],
         backends: NamedDependency[dict[str, Backend]],
+        services: NamedDependency[Services],
         idempotency_key: Annotated[
             str | None,
             HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, required=False),
         ] = None,
     ) -> Response[WorkloadOut]:
         identity = await tenant_of(request, policy, "workloads.submit")
-        await admit_by_policy(policy, identity.tenant, _admission_input(data))
-        backend = backends.get(data.backend)
-        # Refused now, not accepted to fail later: e.g. a local backend that cannot isolate.
-        if backend is not None and (refusal := refusal_of(backend)) is not None:
-            raise ApiError(409, "backend_refuses_jobs", refusal)
+        # Naming no backend, it runs where its admitted flavor says: every backend its
+        # queue's flavors could send it to must be open to the tenant.
+        candidates = (
+            [data.backend]
+            if data.backend is not None
+            else services.backends_for(data.queue, {r for p in data.pod_sets for r in p.requests})
+        )
+        for name in candidates:
+            await admit_by_policy(policy, identity.tenant, _admission_input(data, name))
+            backend = backends.get(name)
+            # Refused now, not accepted to fail later: a local backend that cannot isolate.
+            if backend is not None and (refusal := refusal_of(backend)) is not None:
+                raise ApiError(409, "backend_refuses_jobs", refusal)
         async with database.session() as session:
             row, created = await submit_workload(
                 session,
@@ -189,7 +199,7 @@ class WorkloadController(Controller):
                 "not_found",
                 f"workload {row.id} has no run {attempt}: it has run {row.attempt} time(s)",
             )
-        backend = backends.get(row.spec.get("backend", "local"))
+        backend = backends.get(row.backend or row.spec.get("backend") or "local")
         if row.attempt == 0 or backend is None:
             return b""
         try:

@@ -64,7 +64,8 @@ class WorkloadIn(_In):
     max_runtime_seconds: Annotated[int, Meta(ge=1, le=30 * 86400)]
     job: JobIn
     priority: Annotated[int, Meta(ge=-1_000_000, le=1_000_000)] = 0
-    backend: Name = "local"
+    # None: the backend of the flavor it is admitted on (local when the flavor names none).
+    backend: Name | None = None
 
     def to_submission(self) -> WorkloadSubmission:
         return WorkloadSubmission(
@@ -113,7 +114,13 @@ class WorkloadOut(msgspec.Struct):
     admission: dict[str, Any] | None
     pod_sets: list[dict[str, Any]]
     max_runtime_seconds: int
-    backend: str
+    # The backend its job runs (or ran, or will run) on; None until that is decided (a
+    # workload naming no backend goes where its admitted flavor says).
+    backend: str | None
+    backend_job_id: str | None  # the backend's own id for the job (e.g. Slurm's job id)
+    backend_state: str | None  # the backend's own word for the job's state (e.g. PENDING)
+    started_at: datetime | None  # when its current (or last) job started on the backend
+    exit_code: int | None  # how that job exited: its status, or -N when signal N ended it
     cancel_requested: bool
     attempt: int
     created_at: datetime
@@ -138,7 +145,11 @@ class WorkloadOut(msgspec.Struct):
             admission=row.admission,
             pod_sets=list(row.spec["pod_sets"]),
             max_runtime_seconds=row.spec["max_runtime_seconds"],
-            backend=row.spec.get("backend", "local"),
+            backend=row.backend or row.spec.get("backend"),
+            backend_job_id=row.backend_job_id,
+            backend_state=row.backend_state,
+            started_at=row.started_at,
+            exit_code=row.exit_code,
             cancel_requested=row.cancel_requested,
             attempt=row.attempt,
             created_at=row.created_at,

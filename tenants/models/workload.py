@@ -35,6 +35,16 @@ class WorkloadRow(SQLModel, table=True):
     cancel_requested: bool = False  # the dispatcher stops it, then it is cancelled
     attempt: int = 0  # admissions so far; names the backend job of each run
     job_id: str | None = Field(default=None, max_length=64)  # the backend job, while it exists
+    # Where the current (or last) job was sent, and the backend's own id and state for it
+    # (e.g. Slurm's job id and "PENDING"): kept after a preemption, so the job can still
+    # be stopped there, and shown to the user.
+    backend: str | None = Field(default=None, max_length=63)
+    backend_job_id: str | None = Field(default=None, max_length=64)
+    backend_state: str | None = Field(default=None, max_length=32)
+    # When the current (or last) job started running on its backend, and how it exited
+    # (the command's status; -N: ended by signal N), as the backend reports them.
+    started_at: datetime | None = timestamp_field(nullable=True)
+    exit_code: int | None = None
     version: int = 0  # bumped on every change, for optimistic checks
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()

@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, to_quota_config
 from quota.model import QuotaConfig
-from tenants.config_file import IgnaraConfig, InferenceDoc, ModelDoc
+from tenants.config_file import BackendDoc, IgnaraConfig, InferenceDoc, ModelDoc
 from tenants.errors import ConflictError
 from tenants.models import (
     AuditEntry,
@@ -40,9 +40,11 @@ from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant
 __all__ = [
     "HOLDING_STATES",
     "ApplyReport",
+    "BackendConfig",
     "apply_config",
     "export_config",
     "is_unconfigured",
+    "load_backend_config",
     "load_inference_settings",
     "load_models",
     "load_quota_config",
@@ -82,7 +84,7 @@ async def apply_config(session: AsyncSession, config: IgnaraConfig, actor: str) 
         session,
         FlavorRow,
         "flavor",
-        {name: ({}, i) for i, name in enumerate(config.flavors)},
+        {name: ({}, i) for i, name in enumerate(config.flavor_names)},
         actor,
         report,
     )
@@ -106,6 +108,21 @@ async def load_inference_settings(session: AsyncSession) -> InferenceDoc:
     setting = await session.get(CohortRow, _SETTINGS_ROW)
     raw = setting.spec.get("inference") if setting is not None else None
     return msgspec.convert(raw or {}, InferenceDoc)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """The declared backends (the local one is implicit) and flavor -> backend."""
+
+    backends: tuple[BackendDoc, ...] = ()
+    flavor_backends: dict[str, str] = field(default_factory=dict)
+
+
+async def load_backend_config(session: AsyncSession) -> BackendConfig:
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    spec = setting.spec if setting is not None else {}
+    backends = msgspec.convert(spec.get("backends") or [], list[BackendDoc])
+    return BackendConfig(tuple(backends), dict(spec.get("flavor_backends") or {}))
 
 
 async def load_quota_config(session: AsyncSession) -> QuotaConfig:
@@ -146,8 +163,13 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
     tenants = await live_tenants(session)
     models = (await session.exec(select(ModelRow).order_by(col(ModelRow.position)))).all()
     setting = await session.get(CohortRow, _SETTINGS_ROW)
+    spec = setting.spec if setting is not None else {}
+    by_flavor: dict[str, str] = spec.get("flavor_backends") or {}
     return {
-        "flavors": [f.name for f in flavors],
+        "flavors": [
+            {"name": f.name, "backend": by_flavor[f.name]} if f.name in by_flavor else f.name
+            for f in flavors
+        ],
         "cohorts": [c.spec for c in cohorts if c.name != _SETTINGS_ROW],
         "cluster_queues": [q.spec for q in queues],
         "fair_sharing": bool(setting and setting.spec.get("fair_sharing")),
@@ -156,7 +178,8 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
             for t in tenants
         ],
         "models": [m.spec for m in models],
-        "inference": (setting.spec.get("inference") if setting else None) or {},
+        "inference": spec.get("inference") or {},
+        "backends": spec.get("backends") or [],
     }
 
 
@@ -218,9 +241,12 @@ def _spec_of(row: FlavorRow | CohortRow | ClusterQueueRow | ModelRow) -> dict[st
 
 
 def _settings_spec(config: IgnaraConfig) -> dict[str, Any]:
+    # Backends and which flavor goes where are global settings: no table of their own.
     return {
         "fair_sharing": config.fair_sharing,
         "inference": msgspec.to_builtins(config.inference),
+        "backends": msgspec.to_builtins(config.backends),
+        "flavor_backends": config.flavor_backends,
     }
 
 

@@ -59,7 +59,7 @@ class WorkloadSubmission:
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
-    backend: str = "local"
+    backend: str | None = None  # None: the backend of the flavor it is admitted on
 
     def spec(self) -> dict[str, Any]:
         return {

@@ -62,3 +62,24 @@ def test_only_allowed_variables_can_become_upstream_keys() -> None:
     ).inference
     assert set(only_listed.key_env) == {"OPENAI_API_KEY"}
     assert "be one of OPENAI_API_KEY" in only_listed.key_rule.describe()
+
+
+def test_only_allowed_variables_can_become_backend_secrets() -> None:
+    env = {
+        "IGNARA_SLURM_TOKEN": "jwt-1",
+        "IGNARA_SLURM_": "bare prefix",
+        "SITE_TOKEN": "jwt-2",
+        "DATABASE_URL": "postgresql://u:secret@db/ignara",
+    }
+    default = Settings.from_env(env).backends
+    assert dict(default.secret_env) == {"IGNARA_SLURM_TOKEN": "jwt-1"}
+    assert "jwt-1" not in repr(default)
+    widened = Settings.from_env(
+        {
+            **env,
+            "IGNARA_ALLOWED_BACKEND_SECRETS": "SITE_TOKEN",
+            "IGNARA_ALLOWED_BACKEND_SECRET_PREFIX": "",
+        }
+    ).backends
+    assert dict(widened.secret_env) == {"SITE_TOKEN": "jwt-2"}
+    assert not widened.secret_rule.allows("DATABASE_URL")
