@@ -179,7 +179,7 @@ class OutputMeter:
             if choice.finish_reason is not None:
                 self._finished.add(choice.index)
             delta = choice.delta
-            if delta is not None and delta.content and len(choices) == 1 and _plain(delta):
+            if delta is not None and delta.content and _plain(delta):  # the usual event
                 self.chars += len(delta.content)
             else:
                 self.chars += _text_chars(choice)
