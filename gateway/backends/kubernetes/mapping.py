@@ -249,7 +249,8 @@ def _time(text: object) -> datetime | None:
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in status.get("conditions") or []:
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else []:
         if (
             isinstance(condition, Mapping)
             and condition.get("type") == kind
@@ -347,7 +348,8 @@ def jobset_status(obj: Mapping[str, Any]) -> JobStatus:
     status = obj.get("status") or {}
     if not isinstance(status, Mapping):
         status = {}
-    children = [s for s in status.get("replicatedJobsStatus") or [] if isinstance(s, Mapping)]
+    children = status.get("replicatedJobsStatus")
+    children = [s for s in children if isinstance(s, Mapping)] if isinstance(children, list) else []
     ready = sum(_int(s.get("ready")) for s in children)
     active = sum(_int(s.get("active")) for s in children)
     return _common(obj, "JobSet", ready, active, None)
