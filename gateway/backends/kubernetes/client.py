@@ -16,6 +16,7 @@ are never logged or put in a message.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
@@ -89,17 +90,34 @@ def _as_dict(obj: object) -> dict[str, Any]:
     return dict(cast(Any, obj).to_dict())
 
 
-def _message(err: ApiError) -> str:
-    return str(err.status.message or err.status.reason or "")[:_MAX_MESSAGE]
+def _refusal(err: httpx2.HTTPError) -> tuple[int, str, str]:
+    """The HTTP status, the Status reason and message of a refusal (0 when unanswered).
+    lightkube reads the Status only under exactly ``application/json``; anything between
+    the gateway and the API server that adds a charset must not change what it means."""
+    if isinstance(err, ApiError):
+        return (
+            int(err.status.code or 0),
+            str(err.status.reason or ""),
+            str(err.status.message or ""),
+        )
+    if not isinstance(err, httpx2.HTTPStatusError):
+        return 0, "", ""
+    try:
+        body = json.loads(err.response.content)
+    except (ValueError, httpx2.ResponseNotRead):
+        body = None
+    if not isinstance(body, dict):
+        body = {}
+    return err.response.status_code, str(body.get("reason") or ""), str(body.get("message") or "")
 
 
 def _error(action: str, err: httpx2.HTTPError) -> BackendError:
-    if not isinstance(err, httpx2.HTTPStatusError):
+    code, reason, message = _refusal(err)
+    said = (message or reason)[:_MAX_MESSAGE]
+    if code == 0:
         return BackendUnavailableError(
             f"cannot reach the Kubernetes API server while {action} ({type(err).__name__})"
         )
-    code = err.response.status_code
-    said = _message(err) if isinstance(err, ApiError) else ""
     if code in (401, 403):
         return BackendUnavailableError(
             f"the Kubernetes API server refused the gateway's credentials while {action} "
@@ -146,16 +164,15 @@ class KubeClient:
         name = manifest["metadata"]["name"]
         try:
             await self._client.create(obj)
-        except ApiError as err:
-            if err.status.code == 409 and err.status.reason == "AlreadyExists":
-                return False
-            if err.status.code == 404:
-                raise KubernetesError(
-                    f"Kubernetes cannot create {kind} {name}: {_message(err)} (is the namespace "
-                    "there, and for a JobSet, the JobSet controller installed?)"
-                ) from None
-            raise _error(f"creating {kind} {name}", err) from None
         except httpx2.HTTPError as err:
+            code, reason, message = _refusal(err)
+            if code == 409 and reason == "AlreadyExists":
+                return False
+            if code == 404:
+                raise KubernetesError(
+                    f"Kubernetes cannot create {kind} {name}: {message[:_MAX_MESSAGE]} (is the "
+                    "namespace there, and for a JobSet, the JobSet controller installed?)"
+                ) from None
             raise _error(f"creating {kind} {name}", err) from None
         return True
 
@@ -163,11 +180,9 @@ class KubeClient:
         """The object as the API server has it, or ``None`` when there is none."""
         try:
             obj = await self._client.get(KINDS[kind](), name, namespace=self.namespace)
-        except ApiError as err:
-            if err.status.code == 404:
-                return None
-            raise _error(f"reading {kind} {name}", err) from None
         except httpx2.HTTPError as err:
+            if _refusal(err)[0] == 404:
+                return None
             raise _error(f"reading {kind} {name}", err) from None
         return _as_dict(obj)
 
@@ -177,11 +192,9 @@ class KubeClient:
             await self._client.delete(
                 KINDS[kind](), name, namespace=self.namespace, cascade=CascadeType.FOREGROUND
             )
-        except ApiError as err:
-            if err.status.code == 404:
-                return
-            raise _error(f"deleting {kind} {name}", err) from None
         except httpx2.HTTPError as err:
+            if _refusal(err)[0] == 404:
+                return
             raise _error(f"deleting {kind} {name}", err) from None
 
     async def list(self, kind: str, labels: Mapping[str, str]) -> tuple[list[dict[str, Any]], str]:
@@ -206,10 +219,7 @@ class KubeClient:
         gone: list[BaseException] = []
 
         def on_error(err: Exception, count: int) -> OnErrorResult:
-            status = err.response.status_code if isinstance(err, httpx2.HTTPStatusError) else 0
-            if isinstance(err, ApiError) and err.status.code is not None:
-                status = err.status.code
-            if status == 410:
+            if isinstance(err, httpx2.HTTPError) and _refusal(err)[0] == 410:
                 gone.append(err)
                 return OnErrorResult(OnErrorAction.STOP)
             return OnErrorResult(OnErrorAction.RAISE)
@@ -253,8 +263,8 @@ class KubeClient:
                             tail_lines=tail_lines,
                         )
                     ]
-                except ApiError as err:
-                    if err.status.code in (400, 404):
+                except httpx2.HTTPError as err:
+                    if _refusal(err)[0] in (400, 404):
                         continue  # not started yet (400: waiting to start), or gone
                     raise
                 parts.append(f"==> pod {name} <==\n" + "".join(lines))
