@@ -177,8 +177,9 @@ async def test_the_follower_resumes_a_watch_from_its_version_and_relists_on_410(
     # The server forgets that version (410 Gone): the follower lists again, and a job
     # deleted meanwhile drops out, which the watch alone would never say.
     api.compact()
-    await until(lambda: api.lists_of("jobs") == 2)
     await until(lambda: jobs.synced and jobs.lists == 2)
+    assert api.lists_of("jobs") == 2
+    assert api.watches_from("jobs")[-1] == str(api.compacted)  # from the new list's version
     await backend.submit(gang("abc123-3"))
     await until(lambda: jobs.get("abc123-3") is not None)
 

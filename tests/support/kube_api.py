@@ -182,8 +182,10 @@ class FakeKubeApi:
         self._watches.clear()
 
     def compact(self) -> None:
-        """Forget the history: a watch resuming from any version seen so far gets 410."""
-        self.compacted = self.version + 1
+        """Forget the history: a watch resuming from any version seen so far gets 410 (other
+        writes went on meanwhile: the version moves on, and a new list is at that version)."""
+        self.version += 1
+        self.compacted = self.version
         self.end_watches()
 
     def collect_garbage(self) -> None:

@@ -44,7 +44,7 @@ class Follower:
         self.objects: dict[str, dict[str, Any]] = {}
         self.synced = False
         self.lists = 0  # how often it listed (a 410 makes it list again)
-        self.changed = asyncio.Event()  # set at each change seen (tests wait on it)
+        self._gone = 0  # 410s in a row, with no event between
 
     def get(self, name: str) -> dict[str, Any] | None:
         """The object as last seen, or ``None`` (also when the follower is not in step)."""
@@ -56,6 +56,9 @@ class Follower:
                 await self._list_and_watch()
             except WatchGoneError:
                 log.info("watch of %ss too old: listing them again", self.kind)
+                self._gone += 1
+                if self._gone > 1:  # 410 again at once: do not hammer the server
+                    await asyncio.sleep(self.retry_seconds)
             except BackendError as err:
                 self._lost(str(err))
                 await asyncio.sleep(self.retry_seconds)
@@ -74,9 +77,9 @@ class Follower:
         self.lists += 1
         self.objects = {_name(obj): obj for obj in items if _name(obj)}
         self.synced = True
-        self.changed.set()
         stream = self.client.watch(self.kind, self.labels, version, self.server_timeout)
         async for event, obj in stream:
+            self._gone = 0
             name = _name(obj)
             if not name:
                 continue  # a BOOKMARK carries only a resourceVersion
@@ -84,7 +87,6 @@ class Follower:
                 self.objects.pop(name, None)
             elif event in ("ADDED", "MODIFIED"):
                 self.objects[name] = obj
-            self.changed.set()
 
 
 def _name(obj: Mapping[str, Any]) -> str:
