@@ -1,0 +1,160 @@
+"""Through the gateway's dispatcher: a `kind: kubernetes` backend declared in the config
+is built by the registry; an admitted gang on its flavor becomes an indexed Job on the
+(FAKE) API server, labelled with its tenant and queue and placed by its flavor; the Job's
+Complete condition finishes the workload; a cancel deletes the Job and, once it is gone,
+the workload is cancelled."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.admission.dispatcher import Dispatcher
+from gateway.backends import Backend
+from gateway.backends.registry import BackendRegistry
+from tenants import Database, parse_config
+from tenants.models import WorkloadRow
+from tenants.services import apply_config
+from tenants.services.config import load_backend_config
+from tests.conftest import fresh_sqlite
+from tests.kubernetes.schemas import validate_job
+from tests.support.kube_api import FakeKubeApi
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+async def sqlite(sqlite_template: Path, tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database(fresh_sqlite(sqlite_template, tmp_path / "ignara.db"))
+    await db.migrate()
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture
+async def registry(
+    sqlite: Database, api: FakeKubeApi, tmp_path: Path
+) -> AsyncIterator[BackendRegistry]:
+    config = {
+        "flavors": [{"name": "h100", "backend": "k8s-prod"}],
+        "cluster_queues": [
+            {
+                "name": "q",
+                "resource_groups": [
+                    {
+                        "resources": [GPU],
+                        "flavors": [{"name": "h100", "quotas": {GPU: {"nominal": 8}}}],
+                    }
+                ],
+            }
+        ],
+        "tenants": [{"name": "acme", "queues": ["q"]}],
+        "backends": [
+            {
+                "name": "k8s-prod",
+                "kind": "kubernetes",
+                "kubeconfig": str(api.kubeconfig(tmp_path)),
+                "namespace": "training",
+                "image": "registry.example/train:1",
+                "flavors": {"h100": {"node_labels": {"gpu": "h100"}}},
+            }
+        ],
+    }
+    async with sqlite.session() as session:
+        await apply_config(session, parse_config(config), actor="test")
+    backends: dict[str, Backend] = {}
+    flavor_backends: dict[str, str] = {}
+    registry = BackendRegistry(backends, flavor_backends, {})
+    async with sqlite.session() as session:
+        await registry.apply(await load_backend_config(session))
+    yield registry
+    for backend in backends.values():
+        await backend.close()
+
+
+async def admitted(database: Database) -> str:
+    row = WorkloadRow(
+        tenant="acme",
+        name="train",
+        queue="q",
+        state="admitted",
+        attempt=1,
+        spec={
+            "pod_sets": [{"name": "workers", "count": 2, "requests": {GPU: "1", "cpu": "2"}}],
+            "max_runtime_seconds": 600,
+            "job": {"command": ["python", "train.py"], "env": {"SEED": "1"}},
+        },
+        admission={
+            "cluster_queue": "q",
+            "pod_sets": [{"name": "workers", "count": 2, "flavors": {GPU: "h100", "cpu": "h100"}}],
+        },
+    )
+    async with database.session() as session:
+        session.add(row)
+    return row.id
+
+
+async def read(database: Database, workload: str) -> WorkloadRow:
+    async with database.session() as session:
+        row = await session.get(WorkloadRow, workload)
+    assert row is not None
+    return row
+
+
+async def test_an_admitted_gang_runs_as_a_job_to_its_end(
+    sqlite: Database, api: FakeKubeApi, registry: BackendRegistry
+) -> None:
+    dispatcher = Dispatcher(sqlite, registry.backends, registry.flavor_backends)
+    workload = await admitted(sqlite)
+    assert (await dispatcher.run_pass()).started == [workload]
+    job = api.get("jobs", f"{workload}-1")
+    assert job is not None
+    validate_job(job)
+    labels = job["metadata"]["labels"]
+    assert (labels["ignara.io/tenant"], labels["ignara.io/queue"]) == ("acme", "q")
+    assert (labels["ignara.io/workload"], labels["ignara.io/attempt"]) == (workload, "1")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu": "h100"}
+    assert pod["containers"][0]["resources"]["limits"] == {GPU: "1"}
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (2, 2)
+
+    api.set_status(
+        "jobs", f"{workload}-1", {"active": 2, "ready": 2, "startTime": "2026-11-25T10:00:00Z"}
+    )
+    await dispatcher.run_pass()
+    row = await read(sqlite, workload)
+    assert (row.state, row.backend, row.backend_state) == ("running", "k8s-prod", "Running")
+    assert row.backend_job_id == f"training/{workload}-1" and row.started_at is not None
+
+    complete = {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-25T10:05:00Z"}
+    api.set_status("jobs", f"{workload}-1", {"succeeded": 2, "conditions": [complete]})
+    assert (await dispatcher.run_pass()).finished == [workload]
+    row = await read(sqlite, workload)
+    assert (row.state, row.exit_code, row.backend_state) == ("succeeded", 0, "Complete")
+
+
+async def test_cancel_deletes_the_job_and_ends_once_it_is_gone(
+    sqlite: Database, api: FakeKubeApi, registry: BackendRegistry
+) -> None:
+    dispatcher = Dispatcher(sqlite, registry.backends, registry.flavor_backends)
+    workload = await admitted(sqlite)
+    await dispatcher.run_pass()
+    async with sqlite.session() as session:
+        row = await session.get(WorkloadRow, workload)
+        assert row is not None
+        row.cancel_requested = True
+        row.version += 1
+        session.add(row)
+    api.hold_deletions = True
+    await dispatcher.run_pass()
+    deletes = [r for r in api.requests if r.method == "DELETE"]
+    assert [(r.path.rsplit("/", 1)[1], r.query["propagationPolicy"]) for r in deletes] == [
+        (f"{workload}-1", "Foreground")
+    ]
+    assert (await read(sqlite, workload)).state == "running"  # its pods are still going
+    api.collect_garbage()
+    assert (await dispatcher.run_pass()).stopped == [workload]
+    assert (await read(sqlite, workload)).state == "cancelled"
+    assert api.get("jobs", f"{workload}-1") is None
