@@ -179,7 +179,8 @@ async def test_the_follower_resumes_a_watch_from_its_version_and_relists_on_410(
     api.compact()
     await until(lambda: jobs.synced and jobs.lists == 2)
     assert api.lists_of("jobs") == 2
-    assert api.watches_from("jobs")[-1] == str(api.compacted)  # from the new list's version
+    # ... and watches from the new list's version.
+    await until(lambda: api.watches_from("jobs")[-1] == str(api.compacted))
     await backend.submit(gang("abc123-3"))
     await until(lambda: jobs.get("abc123-3") is not None)
 
@@ -272,3 +273,30 @@ def test_api_refusals_map_to_backend_errors(code: int, error: type[Exception]) -
         type(_error("creating", httpx2.HTTPStatusError("x", request=request, response=response)))
         is error
     )
+
+
+async def test_refusals_mean_the_same_under_another_content_type(
+    api: FakeKubeApi, make_backend: Make
+) -> None:
+    """A proxy that adds a charset to the API server's Status bodies changes nothing: 409
+    still adopts, 404 is still gone, 401 still waits."""
+    api.status_content_type = "application/json; charset=utf-8"
+    backend = make_backend(follow=False)
+    await backend.submit(gang())
+    await backend.submit(gang())  # 409: adopted
+    await backend.cancel("abc123-1")
+    await backend.cancel("abc123-1")  # 404: already gone
+    assert (await backend.status("abc123-1")).state is JobState.UNKNOWN
+
+
+async def test_a_watch_refused_with_http_410_lists_again(
+    api: FakeKubeApi, make_backend: Make
+) -> None:
+    api.gone_as_http = True
+    backend = make_backend()
+    await backend.submit(gang())
+    jobs = backend.followers["Job"]
+    await until(lambda: jobs.get("abc123-1") is not None)
+    api.compact()
+    await until(lambda: jobs.lists == 2 and jobs.synced)
+    assert api.lists_of("jobs") == 2

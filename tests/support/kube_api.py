@@ -69,15 +69,23 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    # Exactly "application/json", as the API server sends it (lightkube reads a Status
-    # only under that content type).
+JSON = "application/json"  # exactly so, as the API server sends it
+
+
+def _json(body: Any, status: int = 200, content_type: str = JSON) -> web.Response:
     return web.Response(
-        body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"}
+        body=json.dumps(body).encode(), status=status, headers={"Content-Type": content_type}
     )
 
 
-def _status(code: int, reason: str, message: str, name: str = "", kind: str = "") -> web.Response:
+def _status(
+    code: int,
+    reason: str,
+    message: str,
+    name: str = "",
+    kind: str = "",
+    content_type: str = JSON,
+) -> web.Response:
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -88,7 +96,7 @@ def _status(code: int, reason: str, message: str, name: str = "", kind: str = ""
         "details": {"name": name, "kind": kind},
         "code": code,
     }
-    return _json(body, code)
+    return _json(body, code, content_type)
 
 
 def _matches(obj: dict[str, Any], selector: str) -> bool:
@@ -112,6 +120,10 @@ class FakeKubeApi:
         self.logs: dict[str, str] = {}  # pod name -> its log
         self.compacted = 0  # watches from a version below this get 410 Expired
         self.hold_deletions = False
+        # What a proxy in between might do: Status bodies under another content type, and a
+        # watch from a forgotten version refused with HTTP 410 instead of an ERROR event.
+        self.status_content_type = JSON
+        self.gone_as_http = False
         self._watches: list[_Watch] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._runner: web.AppRunner | None = None
@@ -224,6 +236,12 @@ class FakeKubeApi:
         self._changed(resource, "DELETED", obj)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        response = await self._answer(request)
+        if response.status >= 400 and self.status_content_type != JSON:
+            response.headers["Content-Type"] = self.status_content_type
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = None
         if request.can_read_body:
             body = await request.json()
@@ -313,10 +331,12 @@ class FakeKubeApi:
     async def _watch(
         self, request: web.Request, resource: str, query: dict[str, str]
     ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
         since = int(query.get("resourceVersion") or 0)
         selector = query.get("labelSelector", "")
+        if since and since < self.compacted and self.gone_as_http:
+            return _status(410, "Expired", f"too old resource version: {since}")
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        await response.prepare(request)
         if since and since < self.compacted:
             status = {
                 "kind": "Status",
