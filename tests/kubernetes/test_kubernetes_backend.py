@@ -300,3 +300,26 @@ async def test_a_watch_refused_with_http_410_lists_again(
     api.compact()
     await until(lambda: jobs.lists == 2 and jobs.synced)
     assert api.lists_of("jobs") == 2
+
+
+async def test_a_failed_job_reports_the_exit_code_of_its_failed_pod(
+    api: FakeKubeApi, make_backend: Make
+) -> None:
+    backend = make_backend(follow=False)
+    await backend.submit(gang())
+    labels = {"ignara.io/job": "abc123-1"}
+    api.add_pod("abc123-1-0-aaaaa", labels, "", exit_code=0)
+    api.add_pod("abc123-1-1-bbbbb", labels, "", exit_code=3)
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit",
+    }
+    api.set_status("jobs", "abc123-1", {"failed": 1, "conditions": [failed]})
+    status = await backend.status("abc123-1")
+    assert (status.state, status.exit_code) == (JobState.FAILED, 3)
+    assert status.message == (
+        "Job failed: Job has reached the specified backoff limit "
+        "(pod abc123-1-1-bbbbb exited with 3)"
+    )

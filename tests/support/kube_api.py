@@ -177,13 +177,30 @@ class FakeKubeApi:
         obj["status"] = status
         self._changed(resource, "MODIFIED", obj)
 
-    def add_pod(self, name: str, labels: dict[str, str], log: str) -> None:
-        pod = {
+    def add_pod(
+        self, name: str, labels: dict[str, str], log: str, exit_code: int | None = None
+    ) -> None:
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
             "spec": {"containers": [{"name": "job", "image": "x"}]},
         }
+        if exit_code is not None:
+            terminated = {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}
+            pod["status"] = {
+                "phase": "Failed" if exit_code else "Succeeded",
+                "containerStatuses": [
+                    {
+                        "name": "job",
+                        "image": "x",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
         self.objects[("pods", name)] = pod
         self.logs[name] = log
 

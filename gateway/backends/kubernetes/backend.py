@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ from gateway.backends.kubernetes.mapping import (
     jobset_status,
     manifest,
     object_name,
+    pod_exit_code,
 )
 from gateway.backends.kubernetes.watch import Follower
 
@@ -113,7 +115,10 @@ class KubernetesBackend:
                 seen = await client.get(kind, name)
             if seen is not None:
                 self._kind_of[name] = kind
-                return _READERS[kind](seen)
+                status = _READERS[kind](seen)
+                if status.state is JobState.FAILED:
+                    status = await self._with_exit_code(client, name, status)
+                return status
         return JobStatus(
             JobState.UNKNOWN,
             message=f"Kubernetes has no Job or JobSet {self.settings.namespace}/{name}",
@@ -147,6 +152,17 @@ class KubernetesBackend:
                 await task
         if self.client is not None:
             await self.client.aclose()
+
+    async def _with_exit_code(self, client: KubeClient, name: str, status: JobStatus) -> JobStatus:
+        """A failed job's exit code: its first pod that exited non-zero (Kubernetes keeps
+        it on the pod, not on the Job)."""
+        failed = pod_exit_code(await client.pods({LABEL_JOB: name}))
+        if failed is None:
+            return status
+        pod, code = failed
+        return dataclasses.replace(
+            status, exit_code=code, message=f"{status.message} (pod {pod} exited with {code})"
+        )
 
     def _order(self, name: str) -> list[str]:
         known = self._kind_of.get(name)

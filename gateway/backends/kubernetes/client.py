@@ -197,7 +197,9 @@ class KubeClient:
                 return
             raise _error(f"deleting {kind} {name}", err) from None
 
-    async def list(self, kind: str, labels: Mapping[str, str]) -> tuple[list[dict[str, Any]], str]:
+    async def list_objects(
+        self, kind: str, labels: Mapping[str, str]
+    ) -> tuple[list[dict[str, Any]], str]:
         """The objects with those labels, and the resourceVersion to watch from."""
         listing = self._client.list(KINDS[kind](), namespace=self.namespace, labels=dict(labels))
         try:
@@ -239,6 +241,19 @@ class KubeClient:
             raise _error(f"watching {kind}s", err) from None
         if gone:
             raise WatchGoneError(f"the watch of {kind}s from {resource_version} is too old")
+
+    async def pods(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The pods with those labels, by name."""
+        try:
+            pods = [
+                _as_dict(pod)
+                async for pod in self._client.list(
+                    Pod, namespace=self.namespace, labels=dict(labels)
+                )
+            ]
+        except httpx2.HTTPError as err:
+            raise _error("listing pods", err) from None
+        return sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", "")))
 
     async def pod_logs(self, labels: Mapping[str, str], container: str, tail_lines: int) -> str:
         """The last ``tail_lines`` lines of each pod with those labels, one after another,

@@ -38,6 +38,7 @@ __all__ = [
     "label_value",
     "manifest",
     "object_name",
+    "pod_exit_code",
 ]
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -353,3 +354,21 @@ def jobset_status(obj: Mapping[str, Any]) -> JobStatus:
     ready = sum(_int(s.get("ready")) for s in children)
     active = sum(_int(s.get("active")) for s in children)
     return _common(obj, "JobSet", ready, active, None)
+
+
+def pod_exit_code(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """The first pod whose job container ended with a non-zero code, and that code (as the
+    kubelet reports it: a signal N shows as 128 + N), or ``None``."""
+    for pod in pods:
+        status = pod.get("status")
+        containers = status.get("containerStatuses") if isinstance(status, Mapping) else None
+        for container in containers if isinstance(containers, list) else []:
+            if not isinstance(container, Mapping) or container.get("name") != CONTAINER:
+                continue
+            state = container.get("state")
+            ended = state.get("terminated") if isinstance(state, Mapping) else None
+            code = ended.get("exitCode") if isinstance(ended, Mapping) else None
+            if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+                name = (pod.get("metadata") or {}).get("name", "")
+                return str(name), code
+    return None

@@ -73,7 +73,7 @@ class Follower:
         self.synced = False
 
     async def _list_and_watch(self) -> None:
-        items, version = await self.client.list(self.kind, self.labels)
+        items, version = await self.client.list_objects(self.kind, self.labels)
         self.lists += 1
         self.objects = {_name(obj): obj for obj in items if _name(obj)}
         self.synced = True
