@@ -111,7 +111,7 @@ def _refusal(err: httpx2.HTTPError) -> tuple[int, str, str]:
     return err.response.status_code, str(body.get("reason") or ""), str(body.get("message") or "")
 
 
-def _error(action: str, err: httpx2.HTTPError) -> BackendError:
+def _error(action: str, err: httpx2.HTTPError, *, creating: bool = False) -> BackendError:
     code, reason, message = _refusal(err)
     said = (message or reason)[:_MAX_MESSAGE]
     if code == 0:
@@ -123,7 +123,7 @@ def _error(action: str, err: httpx2.HTTPError) -> BackendError:
             f"the Kubernetes API server refused the gateway's credentials while {action} "
             f"(HTTP {code}: {said}): check the kubeconfig and its RBAC rights"
         )
-    if code in (400, 422):
+    if code in (400, 422) and creating:  # Invalid: this object will never be taken
         return JobRejectedError(f"Kubernetes rejects the job: {said}")
     if code == 410:
         return WatchGoneError(f"the watch's resourceVersion is too old while {action}")
@@ -173,7 +173,7 @@ class KubeClient:
                     f"Kubernetes cannot create {kind} {name}: {message[:_MAX_MESSAGE]} (is the "
                     "namespace there, and for a JobSet, the JobSet controller installed?)"
                 ) from None
-            raise _error(f"creating {kind} {name}", err) from None
+            raise _error(f"creating {kind} {name}", err, creating=True) from None
         return True
 
     async def get(self, kind: str, name: str) -> dict[str, Any] | None:
@@ -259,32 +259,20 @@ class KubeClient:
         """The last ``tail_lines`` lines of each pod with those labels, one after another,
         each under a header naming the pod; pods not started yet have none."""
         parts: list[str] = []
-        try:
-            pods = [
-                pod
-                async for pod in self._client.list(
-                    Pod, namespace=self.namespace, labels=dict(labels)
-                )
-            ]
-            for pod in sorted(pods, key=lambda p: (p.metadata.name if p.metadata else "") or ""):
-                name = pod.metadata.name if pod.metadata and pod.metadata.name else ""
-                try:
-                    lines = [
-                        line
-                        async for line in self._client.log(
-                            name,
-                            namespace=self.namespace,
-                            container=container,
-                            tail_lines=tail_lines,
-                        )
-                    ]
-                except httpx2.HTTPError as err:
-                    if _refusal(err)[0] in (400, 404):
-                        continue  # not started yet (400: waiting to start), or gone
-                    raise
-                parts.append(f"==> pod {name} <==\n" + "".join(lines))
-        except httpx2.HTTPError as err:
-            raise _error("reading logs", err) from None
+        for pod in await self.pods(labels):
+            name = str((pod.get("metadata") or {}).get("name", ""))
+            try:
+                lines = [
+                    line
+                    async for line in self._client.log(
+                        name, namespace=self.namespace, container=container, tail_lines=tail_lines
+                    )
+                ]
+            except httpx2.HTTPError as err:
+                if _refusal(err)[0] in (400, 404):
+                    continue  # not started yet (400: waiting to start), or gone
+                raise _error(f"reading the logs of pod {name}", err) from None
+            parts.append(f"==> pod {name} <==\n" + "".join(lines))
         return "".join(parts)
 
     async def aclose(self) -> None:
