@@ -6,7 +6,8 @@ the workload is cancelled."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tenants.models import WorkloadRow
 from tenants.services import apply_config
 from tenants.services.config import load_backend_config
 from tests.conftest import fresh_sqlite
-from tests.kubernetes.schemas import validate_job
+from tests.kubernetes.schemas import jobset_schema_path, validate_job, validate_jobset
 from tests.support.kube_api import FakeKubeApi
 
 GPU = "nvidia.com/gpu"
@@ -96,6 +97,18 @@ async def admitted(database: Database) -> str:
     return row.id
 
 
+async def passes_until(
+    dispatcher: Dispatcher, database: Database, workload: str, check: Callable[[WorkloadRow], bool]
+) -> WorkloadRow:
+    """Dispatcher passes until the row is as ``check`` wants (bounded): the backend follows
+    the API server by a watch, so a change shows a moment after the fake makes it."""
+    async with asyncio.timeout(10):
+        while not check(row := await read(database, workload)):
+            await dispatcher.run_pass()
+            await asyncio.sleep(0.01)
+    return row
+
+
 async def read(database: Database, workload: str) -> WorkloadRow:
     async with database.session() as session:
         row = await session.get(WorkloadRow, workload)
@@ -123,15 +136,13 @@ async def test_an_admitted_gang_runs_as_a_job_to_its_end(
     api.set_status(
         "jobs", f"{workload}-1", {"active": 2, "ready": 2, "startTime": "2026-11-25T10:00:00Z"}
     )
-    await dispatcher.run_pass()
-    row = await read(sqlite, workload)
-    assert (row.state, row.backend, row.backend_state) == ("running", "k8s-prod", "Running")
+    row = await passes_until(dispatcher, sqlite, workload, lambda r: r.backend_state == "Running")
+    assert (row.state, row.backend) == ("running", "k8s-prod")
     assert row.backend_job_id == f"training/{workload}-1" and row.started_at is not None
 
     complete = {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-25T10:05:00Z"}
     api.set_status("jobs", f"{workload}-1", {"succeeded": 2, "conditions": [complete]})
-    assert (await dispatcher.run_pass()).finished == [workload]
-    row = await read(sqlite, workload)
+    row = await passes_until(dispatcher, sqlite, workload, lambda r: r.finished_at is not None)
     assert (row.state, row.exit_code, row.backend_state) == ("succeeded", 0, "Complete")
 
 
@@ -155,6 +166,68 @@ async def test_cancel_deletes_the_job_and_ends_once_it_is_gone(
     ]
     assert (await read(sqlite, workload)).state == "running"  # its pods are still going
     api.collect_garbage()
-    assert (await dispatcher.run_pass()).stopped == [workload]
-    assert (await read(sqlite, workload)).state == "cancelled"
+    row = await passes_until(dispatcher, sqlite, workload, lambda r: r.finished_at is not None)
+    assert (row.state, row.reason_code) == ("cancelled", "Cancelled")
     assert api.get("jobs", f"{workload}-1") is None
+
+
+async def test_a_preempted_gang_has_its_job_deleted_and_waits_again(
+    sqlite: Database, api: FakeKubeApi, registry: BackendRegistry
+) -> None:
+    dispatcher = Dispatcher(sqlite, registry.backends, registry.flavor_backends)
+    workload = await admitted(sqlite)
+    await dispatcher.run_pass()
+    async with sqlite.session() as session:  # what the admission loop does on preemption
+        row = await session.get(WorkloadRow, workload)
+        assert row is not None
+        row.state, row.admission, row.reason_code = "pending", None, "Preempted"
+        row.version += 1
+        session.add(row)
+    # The job is deleted at once; the workload is stopped once the backend (which follows
+    # the API server by a watch) no longer sees it.
+    row = await passes_until(dispatcher, sqlite, workload, lambda r: r.job_id is None)
+    assert api.get("jobs", f"{workload}-1") is None
+    assert (row.state, row.job_id, row.reason_code) == ("pending", None, "Preempted")
+
+
+async def test_a_gang_of_two_pod_sets_becomes_a_jobset(
+    sqlite: Database, api: FakeKubeApi, registry: BackendRegistry
+) -> None:
+    dispatcher = Dispatcher(sqlite, registry.backends, registry.flavor_backends)
+    row = WorkloadRow(
+        tenant="acme",
+        name="train",
+        queue="q",
+        state="admitted",
+        attempt=3,
+        spec={
+            "pod_sets": [
+                {"name": "launcher", "count": 1, "requests": {"cpu": "1"}},
+                {"name": "workers", "count": 4, "requests": {GPU: "8"}},
+            ],
+            "max_runtime_seconds": 600,
+            "job": {"command": ["torchrun", "train.py"]},
+        },
+        admission={
+            "cluster_queue": "q",
+            "pod_sets": [
+                {"name": "launcher", "count": 1, "flavors": {"cpu": "h100"}},
+                {"name": "workers", "count": 4, "flavors": {GPU: "h100"}},
+            ],
+        },
+    )
+    async with sqlite.session() as session:
+        session.add(row)
+    await dispatcher.run_pass()
+    jobset = api.get("jobsets", f"{row.id}-3")
+    assert jobset is not None
+    replicated = {r["name"]: r["template"]["spec"] for r in jobset["spec"]["replicatedJobs"]}
+    assert replicated["workers"]["parallelism"] == 4
+    assert replicated["workers"]["template"]["spec"]["nodeSelector"] == {"gpu": "h100"}
+    path = jobset_schema_path()
+    if path is not None:
+        validate_jobset(jobset, path)
+    done = {"type": "Completed", "status": "True", "lastTransitionTime": "2026-11-25T10:05:00Z"}
+    api.set_status("jobsets", f"{row.id}-3", {"conditions": [done]})
+    done_row = await passes_until(dispatcher, sqlite, row.id, lambda r: r.finished_at is not None)
+    assert done_row.state == "succeeded"
