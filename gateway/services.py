@@ -331,7 +331,6 @@ class Services:
         leases = self._lease_rounds()
         for rounds in leases:
             rounds.start()
-        self.runtime = AdmissionRuntime(self.database, self.backends, outage=self.outages.database)
         await self.runtime.start()
         try:
             yield

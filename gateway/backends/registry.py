@@ -12,8 +12,19 @@ from collections.abc import MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 from gateway.backends.base import Backend
+from gateway.backends.kubernetes import (
+    KubernetesBackend,
+    KubernetesJobSettings,
+    Placement,
+    load_config,
+)
 from gateway.backends.slurm import SlurmBackend, SlurmJobSettings
-from tenants.config_file import LOCAL_BACKEND, BackendDoc, SlurmBackendDoc
+from tenants.config_file import (
+    LOCAL_BACKEND,
+    BackendDoc,
+    KubernetesBackendDoc,
+    SlurmBackendDoc,
+)
 from tenants.services.config import BackendConfig
 
 if TYPE_CHECKING:
@@ -66,6 +77,10 @@ class BackendRegistry:
                 self.backends[name] = self._slurm(doc)
                 self._declared[name] = doc
                 log.info("backend %s: Slurm at %s (%s)", name, doc.url, doc.api_version)
+            elif name not in self._declared and isinstance(doc, KubernetesBackendDoc):
+                self.backends[name] = kubernetes_backend(doc)
+                self._declared[name] = doc
+                log.info("backend %s: Kubernetes namespace %s", name, doc.namespace)
         self.flavor_backends.clear()
         self.flavor_backends.update(config.flavor_backends)
 
@@ -95,3 +110,39 @@ class BackendRegistry:
             ),
             timeout=doc.timeout_seconds,
         )
+
+
+def kubernetes_backend(doc: KubernetesBackendDoc) -> KubernetesBackend:
+    """The backend a ``kind: kubernetes`` declaration names; its kubeconfig is read now (a
+    file that cannot be read makes its workloads wait, saying why)."""
+    settings = KubernetesJobSettings(
+        namespace=doc.namespace,
+        image=doc.image,
+        use_jobset=doc.use_jobset,
+        flavors={
+            flavor: Placement(
+                dict(p.node_labels),
+                tuple(
+                    {
+                        k: v
+                        for k, v in (
+                            ("key", t.key),
+                            ("operator", t.operator),
+                            ("value", t.value),
+                            ("effect", t.effect),
+                            ("tolerationSeconds", t.toleration_seconds),
+                        )
+                        if v not in ("", None)
+                    }
+                    for t in p.tolerations
+                ),
+            )
+            for flavor, p in doc.flavors.items()
+        },
+    )
+    return KubernetesBackend(
+        doc.name,
+        settings,
+        lambda: load_config(doc.kubeconfig, doc.context, doc.in_cluster),
+        timeout=doc.timeout_seconds,
+    )
