@@ -8,6 +8,7 @@ goes to (``flavors: [{name: h100, backend: hpc}]``), else it goes to ``local``::
     backends:
       - {name: hpc, kind: slurm, url: "http://127.0.0.1:6820", token_env: IGNARA_SLURM_TOKEN,
          user: root, partition: debug, account: "", api_version: v0.0.38}
+      - {name: ray-east, kind: ray, url: "http://127.0.0.1:8265"}
       - {name: local, kind: local}
 
 Secrets are never in the file: ``token_env`` names the environment variable each gateway
@@ -40,6 +41,7 @@ __all__ = [
     "LocalBackendDoc",
     "ModelDoc",
     "QueueWaitDoc",
+    "RayBackendDoc",
     "SlurmBackendDoc",
     "TenantDoc",
     "load_config_file",
@@ -82,7 +84,20 @@ class SlurmBackendDoc(
     timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
 
 
-BackendDoc = LocalBackendDoc | SlurmBackendDoc
+class RayBackendDoc(
+    msgspec.Struct, tag="ray", tag_field="kind", forbid_unknown_fields=True, omit_defaults=True
+):
+    """A Ray cluster through its Jobs REST API (the dashboard's address). ``token_env``
+    names the variable holding the token when the cluster requires one (Ray's opt-in
+    token auth, sent as a bearer token); none by default, as Ray's own default."""
+
+    name: str
+    url: Annotated[str, Meta(max_length=2048)]
+    token_env: str | None = None
+    timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+
+
+BackendDoc = LocalBackendDoc | SlurmBackendDoc | RayBackendDoc
 
 
 class FlavorDoc(msgspec.Struct, forbid_unknown_fields=True):
@@ -279,7 +294,10 @@ def _check_backends(config: IgnaraConfig) -> None:
         else:
             if backend.name == LOCAL_BACKEND or backend.name in names:
                 raise ConfigError(f"{where}.name: {backend.name!r} is listed twice or taken")
-            _check_slurm(where, backend)
+            if isinstance(backend, SlurmBackendDoc):
+                _check_slurm(where, backend)
+            else:
+                _check_ray(where, backend)
         names.add(backend.name)
     if len([b for b in config.backends if isinstance(b, LocalBackendDoc)]) > 1:
         raise ConfigError("backends: the local backend is listed twice")
@@ -304,3 +322,10 @@ def _check_slurm(where: str, backend: SlurmBackendDoc) -> None:
     path = PurePosixPath(backend.output_dir)
     if not path.is_absolute() or ".." in path.parts or "\0" in backend.output_dir:
         raise ConfigError(f"{where}.output_dir: must be an absolute path without '..'")
+
+
+def _check_ray(where: str, backend: RayBackendDoc) -> None:
+    if (error := base_url_error(backend.url)) is not None:
+        raise ConfigError(f"{where}.url: {error.replace('base_url', 'url')}")
+    if backend.token_env is not None and env_name_error(backend.token_env) is not None:
+        raise ConfigError(f"{where}.token_env: invalid variable name {backend.token_env!r}")
