@@ -143,6 +143,7 @@ class Dispatcher:
                 int(row.spec["max_runtime_seconds"]),
                 job_limits(row.spec, row.admission),
                 job_pods(row.spec, row.admission),
+                labels={"workload": row.id, "tenant": row.tenant, "queue": row.queue},
             )
         except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))

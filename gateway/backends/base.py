@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -223,6 +223,9 @@ class JobSpec:
     limits: JobLimits = JobLimits()
     # The gang's shape (empty: one process, as the local backend runs every job).
     pods: tuple[PodShape, ...] = ()
+    # Names for the backend's own records (e.g. ``tenant``, ``queue``): metadata or
+    # labels there, so an operator looking at the backend sees whose job it is.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_workload_id(self.workload_id)
@@ -235,6 +238,9 @@ class JobSpec:
         if not isinstance(self.limits, JobLimits):
             raise InvalidJobError("limits must be a JobLimits")
         object.__setattr__(self, "pods", tuple(self.pods))
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()):
+            raise InvalidJobError("labels must map strings to strings")
         if not all(isinstance(pod, PodShape) for pod in self.pods):
             raise InvalidJobError("pods must be PodShapes")
 

@@ -25,6 +25,7 @@ def test_exported_names_are_the_public_ones() -> None:
         "isolation",
         "registry",
         "slurm",
+        "ray",
     }  # submodules, reachable but not re-exported names
     assert sorted(backends.__all__) == sorted(public)
 
@@ -84,3 +85,12 @@ def test_spec_copies_its_inputs() -> None:
 def test_final_states() -> None:
     final = {state for state in JobState if state.is_final}
     assert final == {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+
+
+def test_labels_are_copied_and_must_be_strings() -> None:
+    labels = {"tenant": "alpha"}
+    spec = JobSpec("wl-1", ("true",), {}, 1, labels=labels)
+    labels["tenant"] = "changed"
+    assert dict(spec.labels) == {"tenant": "alpha"}
+    with pytest.raises(InvalidJobError, match="labels"):
+        JobSpec("wl-1", ("true",), {}, 1, labels={"tenant": 3})  # type: ignore[dict-item]

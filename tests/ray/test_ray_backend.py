@@ -94,7 +94,7 @@ async def test_a_resubmit_finds_the_job_even_from_a_new_adapter(
         other = JobSpec(name, ("echo", "a second job"), {}, 120, pods=(PodShape(1),))
         await restarted.submit(other)
         assert [j["submission_id"] for j in ray.jobs()].count(name) == 1
-        assert ray_job(ray, name)["entrypoint"] == "exec sleep 30"
+        assert ray_job(ray, name)["entrypoint"] == "exec timeout --kill-after=30 120 sleep 30"
         # Ray's own answer to a second POST of the id, which a racing submit would get.
         with pytest.raises(RayJobExistsError):
             await restarted.client.submit(job_request(other))
@@ -124,6 +124,14 @@ async def test_stop_ends_a_running_job_and_exit_codes_come_back(backend: RayBack
     failed = await until(backend, failing, lambda s: s.state.is_final)
     assert failed.state is JobState.FAILED and failed.exit_code == 3, failed
     assert "Traceback" not in failed.message
+
+
+async def test_a_job_is_ended_at_its_max_runtime(backend: RayBackend) -> None:
+    name = unique("slow")
+    await backend.submit(JobSpec(name, ("sleep", "60"), {}, 2))
+    ended = await until(backend, name, lambda s: s.state.is_final)
+    assert ended.state is JobState.FAILED and ended.exit_code == 124, ended
+    assert "max runtime" in ended.message
 
 
 async def test_a_job_stopped_while_pending_never_runs_to_its_end(

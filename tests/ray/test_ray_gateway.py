@@ -113,7 +113,12 @@ def test_a_gang_runs_on_ray_finishes_and_releases_its_quota(api: Api, ray: RayHe
     assert running["exit_code"] is None
     job = ray_job(ray, f"{first}-1")
     assert job["status"] == "RUNNING"
-    assert job["metadata"] == {"ignara.job": f"{first}-1", "ignara.workload": first}
+    assert job["metadata"] == {
+        "ignara.job": f"{first}-1",
+        "ignara.workload": first,
+        "ignara.tenant": "alpha",
+        "ignara.queue": "team-a",
+    }
     assert api.get(second)["state"] == "pending"
 
     done = api.until(first, lambda w: w["state"] == "succeeded")

@@ -28,7 +28,7 @@ GIB = 2**30
     [
         (
             JobSpec("wl-7-1", ("true",), {}, 60),
-            {"entrypoint": "exec true"},
+            {"entrypoint": "exec timeout --kill-after=30 60 true"},
         ),
         (
             # A gang's totals: 2 pods x 1 GPU, limits summed over the pods by the dispatcher.
@@ -41,7 +41,7 @@ GIB = 2**30
                 (PodShape(2, gpus=1, cpu_millis=750, memory_bytes=2 * GIB),),
             ),
             {
-                "entrypoint": "exec python train.py --lr 0.1",
+                "entrypoint": "exec timeout --kill-after=30 3600 python train.py --lr 0.1",
                 "entrypoint_num_gpus": 2,
                 "entrypoint_num_cpus": 1.5,
                 "entrypoint_memory": 4 * GIB,
@@ -50,12 +50,12 @@ GIB = 2**30
         (
             # Two pod sets: their GPUs add up.
             JobSpec("wl-8-1", ("run",), {}, 60, pods=(PodShape(1, gpus=4), PodShape(3, gpus=1))),
-            {"entrypoint": "exec run", "entrypoint_num_gpus": 7},
+            {"entrypoint": "exec timeout --kill-after=30 60 run", "entrypoint_num_gpus": 7},
         ),
         (
             # Words that a shell would read as syntax stay words.
             JobSpec("wl-9-1", ("echo", "$HOME; rm -rf /", "a b"), {}, 60),
-            {"entrypoint": "exec echo '$HOME; rm -rf /' 'a b'"},
+            {"entrypoint": "exec timeout --kill-after=30 60 echo '$HOME; rm -rf /' 'a b'"},
         ),
     ],
 )
@@ -102,6 +102,23 @@ def test_ray_job_info_becomes_a_status(
     )
     assert status.started_at == STARTED  # the gateway's own sighting, not Ray's start_time
     assert (status.backend_job_id, status.backend_state) == ("j", info.status)
+
+
+def test_the_gateways_names_for_the_job_go_into_its_metadata() -> None:
+    labels = {"workload": "wl-7", "tenant": "alpha", "queue": "team-a"}
+    spec = JobSpec("wl-7-2", ("true",), {}, 60, labels=labels)
+    assert job_request(spec).body()["metadata"] == {
+        "ignara.job": "wl-7-2",
+        "ignara.workload": "wl-7",
+        "ignara.tenant": "alpha",
+        "ignara.queue": "team-a",
+    }
+
+
+def test_a_job_ended_by_its_max_runtime_says_so() -> None:
+    status = job_status(RayJobInfo("j", "FAILED", "Job entrypoint command failed", T0, 124))
+    assert status.state is JobState.FAILED and status.exit_code == 124
+    assert status.message == "ended at its max runtime (exit code 124 from timeout)"
 
 
 def test_a_long_failure_message_is_bounded_and_on_one_line() -> None:

@@ -16,6 +16,8 @@ from typing import Any
 from gateway.backends.base import JobSpec, JobState, JobStatus
 
 __all__ = [
+    "KILL_AFTER_SECONDS",
+    "TIMED_OUT",
     "RayJobInfo",
     "RayJobRequest",
     "job_request",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 _MAX_MESSAGE = 500
+KILL_AFTER_SECONDS = 30
+TIMED_OUT = 124  # coreutils timeout's exit status when the limit ran out
 
 # Ray's job states -> the gateway's. Anything else is reported as running while it lasts
 # (a new word must not end a job the gateway cannot see ended).
@@ -70,15 +74,20 @@ class RayJobRequest:
 def job_request(spec: JobSpec) -> RayJobRequest:
     """The Ray job for ``spec``. The entrypoint is run by a shell on Ray's side, so the
     command is quoted word by word and ``exec``-ed: no word is read as shell syntax, and
-    Ray's stop signals reach the command itself."""
+    Ray's stop signals reach the command itself. Ray has no time limit of its own: the
+    command runs under coreutils ``timeout`` (SIGTERM at the max runtime, SIGKILL
+    ``KILL_AFTER_SECONDS`` later; exit code 124)."""
     gpus = sum(p.count * p.gpus for p in spec.pods)
     cpu_millis = spec.limits.cpu_millis
-    workload = spec.workload_id.rsplit("-", 1)[0] if "-" in spec.workload_id else ""
+    workload = spec.labels.get("workload") or spec.workload_id.rsplit("-", 1)[0]
+    metadata = {f"ignara.{k}": v for k, v in spec.labels.items()}
+    metadata.update({"ignara.job": spec.workload_id, "ignara.workload": workload})
+    limit = f"timeout --kill-after={KILL_AFTER_SECONDS} {spec.max_runtime_seconds}"
     return RayJobRequest(
         submission_id=spec.workload_id,
-        entrypoint=f"exec {shlex.join(spec.command)}",
+        entrypoint=f"exec {limit} {shlex.join(spec.command)}",
         env_vars={**spec.env, "IGNARA_JOB": spec.workload_id},
-        metadata={"ignara.job": spec.workload_id, "ignara.workload": workload},
+        metadata=metadata,
         num_gpus=gpus,
         num_cpus=None if cpu_millis is None else cpu_millis / 1000,
         memory_bytes=spec.limits.memory_bytes,
@@ -133,6 +142,8 @@ def job_status(info: RayJobInfo, started_at: datetime | None = None) -> JobStatu
     exit_code = info.driver_exit_code if state.is_final else None
     if state is JobState.PENDING:
         message = f"pending on Ray: {_message(info.message)}" if info.message else "pending on Ray"
+    elif state is JobState.FAILED and exit_code == TIMED_OUT:
+        message = "ended at its max runtime (exit code 124 from timeout)"
     elif state is JobState.FAILED:
         message = _message(info.message) or f"exited with code {exit_code}"
     elif state is JobState.CANCELLED:
