@@ -175,7 +175,7 @@ def start_head(directory: Path, venv: Path | None = None) -> RayHead:
         f"--temp-dir={temp}",
     ]
     url = f"http://127.0.0.1:{dashboard}"
-    (directory / "head.json").write_text(json.dumps({"url": url, "temp": str(temp)}))
+    (directory / "head.json").write_text(json.dumps({"url": url, "temp": str(temp), "gcs": gcs}))
     with (directory / "ray-start.log").open("wb") as out:
         result = subprocess.run(
             command, env=_env(), stdout=out, stderr=subprocess.STDOUT, check=False, timeout=180
@@ -213,11 +213,16 @@ def _processes() -> dict[int, tuple[int, str]]:
 
 
 def head_pids(directory: Path) -> set[int]:
-    """The head's processes: those naming its temp dir, and all their descendants (workers,
-    agents, jobs' entrypoints)."""
-    temp = str(directory / "t")
+    """The head's processes: those naming its temp dir or its GCS address, and all their
+    descendants (workers, agents, jobs' entrypoints)."""
+    marks = [str(directory / "t")]
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        # The Ray client server is started by `ray start` itself, so it is nobody's child
+        # here and names no temp dir: it names the head's GCS address.
+        gcs = json.loads((directory / "head.json").read_text())["gcs"]
+        marks.append(f"--address=127.0.0.1:{int(gcs)} ")
     processes = _processes()
-    pids = {pid for pid, (_, cmdline) in processes.items() if temp in cmdline}
+    pids = {pid for pid, (_, cmdline) in processes.items() if any(m in cmdline for m in marks)}
     pids.discard(os.getpid())
     grew = True
     while grew:
@@ -227,8 +232,9 @@ def head_pids(directory: Path) -> set[int]:
     return pids
 
 
-def stop_head(directory: Path, timeout: float = 10.0) -> None:
-    """SIGTERM every process of this head, then SIGKILL what is left after ``timeout``."""
+def stop_head(directory: Path, timeout: float = 3.0) -> None:
+    """SIGTERM every process of this head, then SIGKILL what is left after ``timeout``
+    (gcs_server and the autoscaler monitor outlive SIGTERM for long: measured >6 s)."""
     deadline = time.monotonic() + timeout
     sent_kill = False
     while pids := head_pids(directory):
