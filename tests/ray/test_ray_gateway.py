@@ -6,7 +6,9 @@ preempted one waits and runs again later as a new submission. Logs come from Ray
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -173,3 +175,26 @@ def test_an_unreachable_ray_makes_work_wait_never_fail_nor_run_twice(
     done = api.until(workload, lambda w: w["state"] == "succeeded")
     assert done["backend_job_id"] == f"{workload}-1"
     assert [j["submission_id"] for j in ray.jobs()].count(f"{workload}-1") == 1
+
+
+def test_a_gang_cancelled_while_pending_on_ray_never_runs_to_its_end(
+    api: Api, ray: RayHead, tmp_path: Path
+) -> None:
+    # Someone else's job holds all eight GPUs: the gang is submitted and waits on Ray.
+    hog = httpx.post(
+        f"{ray.url}/api/jobs/",
+        json={"entrypoint": "sleep 6", "entrypoint_num_gpus": 8},
+        timeout=10,
+    )
+    assert hog.status_code == 200, hog.text
+    marker = tmp_path / "finished"
+    workload = api.submit(gang("queued", f"sleep 3 && touch {marker}"))
+    pending = api.until(workload, lambda w: w["backend_state"] == "PENDING")
+    assert pending["state"] == "running" and pending["reason"]["code"] == "BackendPending"
+    response = api.client.delete(f"/api/v1/workloads/{workload}", headers=api.headers)
+    assert response.status_code == 200, response.text
+    cancelled = api.until(workload, lambda w: w["state"] == "cancelled")
+    assert cancelled["backend_state"] == "STOPPED"
+    time.sleep(4)  # past the moment it would have finished, had it run on
+    assert ray_job(ray, f"{workload}-1")["status"] == "STOPPED"
+    assert not marker.exists()
