@@ -162,6 +162,11 @@ class InferenceSettings:
     # a frozen or unreachable Redis fails calls (503) within this, never hangs them.
     # ``?socket_timeout=`` / ``?socket_connect_timeout=`` in REDIS_URL win over it.
     redis_timeout: float = 0.5
+    # Each gateway holds a lease in that Redis for this long, renewed every third of it
+    # (IGNARA_LEASE_SECONDS); once a gateway's lease has expired (it died), the others
+    # settle and record its calls in flight, checking every IGNARA_RECLAIM_INTERVAL s.
+    lease_seconds: float = 10.0
+    reclaim_interval: float = 5.0
     connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
@@ -226,6 +231,15 @@ class Settings:
                 ledger_prefix=env.get("IGNARA_LEDGER_PREFIX", InferenceSettings.ledger_prefix),
                 redis_timeout=_seconds(
                     env, "IGNARA_REDIS_TIMEOUT", InferenceSettings.redis_timeout, positive=True
+                ),
+                lease_seconds=_seconds(
+                    env, "IGNARA_LEASE_SECONDS", InferenceSettings.lease_seconds, positive=True
+                ),
+                reclaim_interval=_seconds(
+                    env,
+                    "IGNARA_RECLAIM_INTERVAL",
+                    InferenceSettings.reclaim_interval,
+                    positive=True,
                 ),
                 connect_timeout=float(
                     env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)

@@ -153,7 +153,7 @@ class InferenceService:
         check_call_size(call, catalog.settings)
         route, quota = await self._place(catalog, identity, call, headers)  # 3
         check_fits(call, quota, catalog.settings)
-        grant = await self._reserve(catalog, quota, call, priority)  # 4
+        grant = await self._reserve(catalog, quota, call, priority, _note(identity, call))  # 4
         context = _Context(identity, call, route, quota, grant, started)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
@@ -277,14 +277,19 @@ class InferenceService:
     # -- 4: quota ----------------------------------------------------------------------
 
     async def _reserve(
-        self, catalog: Catalog, quota: QueueQuota, call: Call, priority: int
+        self,
+        catalog: Catalog,
+        quota: QueueQuota,
+        call: Call,
+        priority: int,
+        note: str | None = None,
     ) -> Grant:
         queue, flavor = quota.queue, quota.flavor
         amounts = amounts_for(quota.resources, call.estimate)
         max_wait = catalog.max_wait.get(queue)
 
         def attempt() -> Awaitable[Grant | Refusal]:
-            return self.ledger.reserve(queue, flavor, amounts, now=self.clock())
+            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note)
 
         began = self.ledger_outage.now()
         try:
@@ -372,6 +377,7 @@ class InferenceService:
         client gone, which cancels this generator and so closes the upstream)."""
         accountant = StreamAccountant(strip_usage=not context.call.wants_usage_chunk)
         status = 200
+        checkpoint = _Checkpoints(self.ledger, context)
         try:
             out = accountant.feed(first)
             if out:
@@ -380,6 +386,7 @@ class InferenceService:
                 out = accountant.feed(chunk)
                 if out:
                     yield out
+                checkpoint.maybe(accountant.events)
             rest = accountant.flush()
             if rest:
                 yield rest
@@ -438,6 +445,7 @@ class InferenceService:
                 streamed=outcome.streamed,
                 api_key_id=identity.key_id,
                 endpoint=outcome.endpoint,
+                reservation=context.grant.id,
             )
         )
 
@@ -536,3 +544,40 @@ def _upstream_problem(err: UpstreamError, context: _Context) -> InferenceError:
         code=err.code,
         headers=context.headers(given_back=True),
     )
+
+
+# -- what another gateway needs to record a call should this one die -----------------------
+
+CHECKPOINT_SECONDS = 1.0  # how often a stream notes its tokens so far in the ledger
+
+
+class _Checkpoints:
+    """Notes a stream's tokens so far in its reservation, at most once a second (fire
+    and forget): should this gateway die, another settles the call at that."""
+
+    __slots__ = ("_context", "_ledger", "_next")
+
+    def __init__(self, ledger: Ledger, context: _Context) -> None:
+        self._ledger = ledger
+        self._context = context
+        self._next = time.monotonic() + CHECKPOINT_SECONDS
+
+    def maybe(self, events: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + CHECKPOINT_SECONDS
+            self._ledger.checkpoint(self._context.grant, self._context.call.prompt_tokens + events)
+
+
+def _note(identity: Identity, call: Call) -> str:
+    """What the ledger keeps of the call for :mod:`gateway.usage.reclaim` (JSON)."""
+    return msgspec.json.encode(
+        {
+            "tenant": identity.tenant,
+            "principal": identity.principal,
+            "key": identity.key_id,
+            "model": call.model,
+            "prompt": call.prompt_tokens,
+            "stream": call.stream,
+        }
+    ).decode()

@@ -8,6 +8,8 @@ Failure knobs (attributes, change them any time):
     ``delay``              seconds to wait before sending headers (slow upstream)
     ``fail_status``        answer every inference call with this status (e.g. 500, 503)
     ``malformed``          send a 200 with a body that is not JSON
+    ``holds``              {name: asyncio.Event}: a stream whose request names it in
+                           ``user`` waits for the event before its last chunk
     ``break_after``        cut the connection after this many streamed chunks
     ``chunk_delay``        seconds between streamed chunks
 ``await stop()`` makes it "down" (nothing listens on its port); ``await start()`` brings it
@@ -37,6 +39,7 @@ class FakeOpenAI:
         self.delay = 0.0
         self.fail_status: int | None = None
         self.malformed = False
+        self.holds: dict[str, asyncio.Event] = {}
         self.break_after: int | None = None
         self.chunk_delay = 0.0
         self.requests: Counter[str] = Counter()
@@ -119,7 +122,8 @@ class FakeOpenAI:
         model = body.get("model", self.models[0])
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await self._stream(request, model, usage, include, chat=True)
+            hold = self.holds.get(str(body.get("user")))
+            return await self._stream(request, model, usage, include, chat=True, hold=hold)
         text = " ".join(f"tok{i}" for i in range(usage["completion_tokens"]))
         return web.json_response(
             {
@@ -189,6 +193,7 @@ class FakeOpenAI:
         include_usage: bool,
         *,
         chat: bool,
+        hold: asyncio.Event | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -202,6 +207,8 @@ class FakeOpenAI:
                     assert request.transport is not None
                     request.transport.abort()
                     return response
+                if hold is not None and sent == len(events) - 1:
+                    await hold.wait()
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)
