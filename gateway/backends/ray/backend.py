@@ -102,6 +102,8 @@ class RayBackend:
             return JobStatus(JobState.UNKNOWN, message=f"Ray knows no job {workload_id}")
         self._observe(info)
         status = job_status(info, self._started.get(workload_id))
+        if status.state.is_final:
+            self._started.pop(workload_id, None)  # reported once; the row keeps it
         if workload_id in self._stopping:
             if status.state is JobState.RUNNING:
                 await self.client.stop(workload_id)
@@ -153,9 +155,11 @@ class RayBackend:
         if info.status == "PENDING":
             self._seen_pending.add(job)
         elif job in self._seen_pending and job not in self._started:
-            # The first sighting after PENDING (for a job that ended between two looks,
-            # the best bound the gateway has).
-            self._started[job] = datetime.now(UTC)
+            # The first sighting after PENDING; for a job that ended between two looks,
+            # its end is the best bound the gateway has (never a start after the end).
+            now = datetime.now(UTC)
+            ended = job_status(info).finished_at
+            self._started[job] = min(now, ended) if ended is not None else now
         if job_status(info).state.is_final:
             self._seen_pending.discard(job)
             self._stopping.discard(job)
