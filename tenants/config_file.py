@@ -11,6 +11,7 @@ goes to (``flavors: [{name: h100, backend: hpc}]``), else it goes to ``local``::
       - {name: k8s-prod, kind: kubernetes, kubeconfig: /etc/ignara/kubeconfig,
          namespace: training, image: "registry.example/train:1", use_jobset: true,
          flavors: {h100: {node_labels: {gpu: h100}, tolerations: [{key: gpu, effect: NoSchedule}]}}}
+      - {name: ray-east, kind: ray, url: "http://127.0.0.1:8265"}
       - {name: local, kind: local}
 
 Secrets are never in the file: ``token_env`` names the environment variable each gateway
@@ -46,6 +47,7 @@ __all__ = [
     "LocalBackendDoc",
     "ModelDoc",
     "QueueWaitDoc",
+    "RayBackendDoc",
     "SlurmBackendDoc",
     "TenantDoc",
     "load_config_file",
@@ -142,7 +144,20 @@ class KubernetesBackendDoc(
     timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
 
 
-BackendDoc = LocalBackendDoc | SlurmBackendDoc | KubernetesBackendDoc
+class RayBackendDoc(
+    msgspec.Struct, tag="ray", tag_field="kind", forbid_unknown_fields=True, omit_defaults=True
+):
+    """A Ray cluster through its Jobs REST API (the dashboard's address). ``token_env``
+    names the variable holding the token when the cluster requires one (Ray's opt-in
+    token auth, sent as a bearer token); none by default, as Ray's own default."""
+
+    name: str
+    url: Annotated[str, Meta(max_length=2048)]
+    token_env: str | None = None
+    timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+
+
+BackendDoc = LocalBackendDoc | SlurmBackendDoc | KubernetesBackendDoc | RayBackendDoc
 
 
 class FlavorDoc(msgspec.Struct, forbid_unknown_fields=True):
@@ -341,6 +356,8 @@ def _check_backends(config: IgnaraConfig) -> None:
                 raise ConfigError(f"{where}.name: {backend.name!r} is listed twice or taken")
             if isinstance(backend, SlurmBackendDoc):
                 _check_slurm(where, backend)
+            elif isinstance(backend, RayBackendDoc):
+                _check_ray(where, backend)
             else:
                 _check_kubernetes(where, backend, set(config.flavor_names))
         names.add(backend.name)
@@ -410,3 +427,10 @@ def _check_placement(at: str, placement: KubernetesFlavorDoc) -> None:
             raise ConfigError(
                 f"{at}.tolerations[{j}].toleration_seconds: only with effect NoExecute"
             )
+
+
+def _check_ray(where: str, backend: RayBackendDoc) -> None:
+    if (error := base_url_error(backend.url)) is not None:
+        raise ConfigError(f"{where}.url: {error.replace('base_url', 'url')}")
+    if backend.token_env is not None and env_name_error(backend.token_env) is not None:
+        raise ConfigError(f"{where}.token_env: invalid variable name {backend.token_env!r}")
