@@ -220,13 +220,6 @@ class LocalBackend:
             with _io_errors("status"):
                 self._adopt(paths)
             record = _store.read_record(paths) or record
-        if not record.state.is_final:
-            # The supervisor writes exit.json before it exits: for that moment the job
-            # has ended though its record, written by whoever follows it, does not say so.
-            with _io_errors("status"):
-                ended = _store.read_exit(paths)
-            if ended is not None:
-                record = _final_record(record, ended, _store.read_stop(paths), LOST_MESSAGE)
         return record.to_status()
 
     async def logs(self, workload_id: str, tail_bytes: int = 65536) -> bytes:
