@@ -23,6 +23,7 @@ from gateway.backends.registry import BackendRegistry
 from gateway.background import Rounds
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
+from gateway.inference.estimates import InputCorrections
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
 from gateway.outages import Outages, database_unavailable
@@ -147,6 +148,9 @@ class Services:
             policy=policy,
             recorder=recorder,
             ledger_outage=outages.redis,
+            corrections=InputCorrections(max_factor=options.estimate_max_factor),
+            cap_output=options.cap_output,
+            cut_margin=options.stream_cut_margin,
         )
         health = HealthChecker(
             inference.catalog.registry, upstreams, interval=options.health_interval

@@ -12,9 +12,13 @@ Failure knobs (attributes, change them any time):
                            ``user`` waits for the event before its last chunk
     ``break_after``        cut the connection after this many streamed chunks
     ``chunk_delay``        seconds between streamed chunks
+    ``prompt_scale``       report this many prompt tokens a word (a tokenizer that
+                           counts more than the gateway's estimate)
+    ``ignore_max_tokens``  write ``completion_tokens`` whatever the call's bound
 ``await stop()`` makes it "down" (nothing listens on its port); ``await start()`` brings it
 back on the same port. ``requests`` counts calls per path; ``disconnects`` counts streams the
-client abandoned; ``streams_finished`` counts streams sent to the end.
+client abandoned; ``streams_finished`` counts streams sent to the end; ``bodies`` holds the
+JSON body of every inference call, as received.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class FakeOpenAI:
         self.holds: dict[str, asyncio.Event] = {}
         self.break_after: int | None = None
         self.chunk_delay = 0.0
+        self.prompt_scale = 1
+        self.ignore_max_tokens = False
+        self.bodies: list[dict[str, Any]] = []
         self.requests: Counter[str] = Counter()
         self.auth_headers: list[str | None] = []
         self.disconnects = 0
@@ -95,6 +102,7 @@ class FakeOpenAI:
         self.requests[request.path] += 1
         self.auth_headers.append(request.headers.get("Authorization"))
         body = await request.json()
+        self.bodies.append(body)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_status is not None:
@@ -107,6 +115,9 @@ class FakeOpenAI:
     def _usage(self, prompt_words: int, body: dict[str, Any]) -> dict[str, int]:
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         completion = min(int(limit or self.completion_tokens), self.completion_tokens)
+        if self.ignore_max_tokens:
+            completion = self.completion_tokens
+        prompt_words *= self.prompt_scale
         return {
             "prompt_tokens": prompt_words,
             "completion_tokens": completion,
