@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean slurm-packages slurm-up slurm-down
+.PHONY: install run test lint typecheck bench clean slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
 
 install: $(STAMP)
 
@@ -33,7 +33,13 @@ typecheck: install
 slurm-packages: install
 	$(BIN)/python -m tests.support.slurm install
 
-test: install slurm-packages lint typecheck
+# The Ray tests run against a real Ray head from PyPI's ray[default], in its own virtual
+# environment (/var/tmp/ignara-ray-venv, or IGNARA_RAY_VENV; never the gateway's .venv:
+# the gateway does not depend on Ray), made here once (~25-60 s, ~380 MB) and reused.
+ray-venv: install
+	$(BIN)/python -m tests.support.ray install
+
+test: install slurm-packages ray-venv lint typecheck
 	$(BIN)/pytest
 
 # A local Slurm to run gangs on by hand (state, logs and pid files in .slurm/); `up` prints
@@ -43,6 +49,14 @@ slurm-up: install
 
 slurm-down: install
 	$(BIN)/python -m tests.support.slurm down .slurm
+
+# A local Ray head to run gangs on by hand (bound to 127.0.0.1, 8 fake GPUs, state in
+# .ray/); `up` prints IGNARA_RAY_URL for the config (see README, Running on Ray).
+ray-up: ray-venv
+	$(BIN)/python -m tests.support.ray up .ray
+
+ray-down: install
+	$(BIN)/python -m tests.support.ray down .ray
 
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100

@@ -23,6 +23,7 @@ from gateway.backends.registry import BackendRegistry
 from gateway.background import Rounds
 from gateway.inference import HealthChecker, Timeouts, UpstreamClient
 from gateway.inference.catalog import Catalog, build_registry
+from gateway.inference.estimates import InputCorrections
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
 from gateway.outages import Outages, database_unavailable
@@ -30,8 +31,10 @@ from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
 from gateway.usage import UsageRecorder
-from gateway.usage.budgets import SpentBudgets, spent_budgets
-from quota.model import QuotaConfig
+from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
+from gateway.usage.reclaim import Reclaimer
+from quota.ledger import BUDGET_RESOURCES
+from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
 from tenants.config_file import LOCAL_BACKEND
 from tenants.services.api_keys import has_platform_admin
@@ -85,6 +88,7 @@ class Services:
     spent_before_start: SpentBudgets | None = None
     outages: Outages = field(default_factory=Outages)  # logged once each, not per call
     _registry: BackendRegistry | None = None
+    reclaimer: Reclaimer | None = None  # settles and records the calls of dead gateways
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -127,12 +131,26 @@ class Services:
             prefix=options.ledger_prefix,
             timeout=options.redis_timeout,
         )
+        # A shared ledger whose Redis lost its state rebuilds from the usage records.
+        ledger.restore_from(lambda: spent(database))
+
+        async def forget(ids: list[str]) -> None:  # recorded: the ledger keeps them no more
+            try:
+                await ledger.forget(ids)
+            except LedgerUnavailableError as err:  # kept until their period ends
+                log.debug("cannot drop %d recorded reservations: %s", len(ids), err)
+
+        recorder.written_hook = forget
+        reclaimer = Reclaimer(ledger, recorder, options.lease_seconds)
         inference = InferenceService(
             ledger=ledger,
             client=upstreams,
             policy=policy,
             recorder=recorder,
             ledger_outage=outages.redis,
+            corrections=InputCorrections(max_factor=options.estimate_max_factor),
+            cap_output=options.cap_output,
+            cut_margin=options.stream_cut_margin,
         )
         health = HealthChecker(
             inference.catalog.registry, upstreams, interval=options.health_interval
@@ -150,6 +168,7 @@ class Services:
             health=health,
             backends=backends,
             outages=outages,
+            reclaimer=reclaimer,
         )
 
     async def reload_config(self) -> None:
@@ -218,6 +237,38 @@ class Services:
         found = {self.flavor_backends.get(f, LOCAL_BACKEND) for fs in used for f in fs}
         return sorted(found) or [LOCAL_BACKEND]
 
+    def _lease_rounds(self) -> list[Rounds]:
+        """With a shared ledger: renew this gateway's lease, reclaim dead ones' calls."""
+        reclaimer, options = self.reclaimer, self.settings.inference
+        if reclaimer is None or not self.inference.ledger.durable:
+            return []
+        return [
+            Rounds(reclaimer.renew, interval=options.lease_seconds / 3, name="ignara-lease"),
+            Rounds(reclaimer.round, interval=options.reclaim_interval, name="ignara-reclaim"),
+        ]
+
+    async def check_ledger_store(self) -> None:
+        """Say at start what is wrong with the ledger's Redis settings: loudly when
+        budgets live there and a restart would forget them."""
+        try:
+            warnings = await self.inference.ledger.store_warnings()
+        except LedgerUnavailableError as err:
+            log.warning("cannot check the token ledger's Redis settings: %s", err)
+            return
+        async with self.database.snapshot() as session:
+            quota = await load_quota_config(session)
+        budgets = any(
+            fr.resource in BUDGET_RESOURCES
+            for group in [q.resource_groups for q in quota.cluster_queues]
+            + [c.resource_groups for c in quota.cohorts]
+            for fr, _ in iter_quotas(group)
+        )
+        for warning in warnings:
+            if budgets or "noeviction" in warning:
+                log.warning("token ledger: %s", warning)
+            else:
+                log.info("token ledger: %s (no token budgets are configured)", warning)
+
     async def announce_isolation(self) -> None:
         """Probe the local backend's sandbox (a real job) and say in one line what holds."""
         for backend in self.backends.values():
@@ -265,6 +316,7 @@ class Services:
         await self.database.migrate()
         await self.warn_without_admin()
         await self.reload_config()
+        await self.check_ledger_store()
         await self.upstreams.start()
         await self.recorder.start()
         await self.health.start()
@@ -276,15 +328,23 @@ class Services:
             flavor_backends=self.flavor_backends,
             outage=self.outages.database,
         )
+        leases = self._lease_rounds()
+        for rounds in leases:
+            rounds.start()
         await self.runtime.start()
         try:
             yield
         finally:
             await watcher.stop()
+            for rounds in leases:
+                await rounds.stop()
             await self.health.stop()
             await self.runtime.stop()
             await self.inference.drain()
             await self.recorder.stop()
+            if leases:  # every record written: nothing left for others to reclaim
+                with contextlib.suppress(LedgerUnavailableError):
+                    await self.inference.ledger.drop_lease()
             await self.upstreams.close()
             await self.inference.ledger.aclose()
             for backend in self.backends.values():

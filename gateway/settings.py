@@ -162,10 +162,24 @@ class InferenceSettings:
     # a frozen or unreachable Redis fails calls (503) within this, never hangs them.
     # ``?socket_timeout=`` / ``?socket_connect_timeout=`` in REDIS_URL win over it.
     redis_timeout: float = 0.5
+    # Each gateway holds a lease in that Redis for this long, renewed every third of it
+    # (IGNARA_LEASE_SECONDS); once a gateway's lease has expired (it died), the others
+    # settle and record its calls in flight, checking every IGNARA_RECLAIM_INTERVAL s.
+    lease_seconds: float = 10.0
+    reclaim_interval: float = 5.0
     connect_timeout: float = 5.0  # IGNARA_UPSTREAM_CONNECT_TIMEOUT, per endpoint
     first_byte_timeout: float = 60.0  # IGNARA_UPSTREAM_TIMEOUT: until response headers
     total_timeout: float = 600.0  # IGNARA_UPSTREAM_TOTAL_TIMEOUT: the whole call
     health_interval: float = 10.0  # IGNARA_HEALTH_INTERVAL: active endpoint checks
+    # Bounds on how far past its quota a queue's under-estimated calls can take it:
+    # forward the reserved output bound when a call names none (IGNARA_CAP_OUTPUT);
+    # multiply input estimates by what the upstream reported for earlier calls, at
+    # most this much (IGNARA_ESTIMATE_MAX_FACTOR; 1 learns nothing); end a stream
+    # that writes past its reserved output by this share of it, plus 16 tokens
+    # (IGNARA_STREAM_CUT_MARGIN; "off" never cuts).
+    cap_output: bool = True
+    estimate_max_factor: float = 8.0
+    stream_cut_margin: float | None = 0.25
     # The variables ``api_key_env`` may name, and their values: only what the rule
     # allows is kept, so nothing else of the gateway's environment can be sent upstream.
     key_rule: UpstreamKeyRule = UpstreamKeyRule()
@@ -227,6 +241,15 @@ class Settings:
                 redis_timeout=_seconds(
                     env, "IGNARA_REDIS_TIMEOUT", InferenceSettings.redis_timeout, positive=True
                 ),
+                lease_seconds=_seconds(
+                    env, "IGNARA_LEASE_SECONDS", InferenceSettings.lease_seconds, positive=True
+                ),
+                reclaim_interval=_seconds(
+                    env,
+                    "IGNARA_RECLAIM_INTERVAL",
+                    InferenceSettings.reclaim_interval,
+                    positive=True,
+                ),
                 connect_timeout=float(
                     env.get("IGNARA_UPSTREAM_CONNECT_TIMEOUT", InferenceSettings.connect_timeout)
                 ),
@@ -239,6 +262,9 @@ class Settings:
                 health_interval=float(
                     env.get("IGNARA_HEALTH_INTERVAL", InferenceSettings.health_interval)
                 ),
+                cap_output=_flag(env.get("IGNARA_CAP_OUTPUT", "1")),
+                estimate_max_factor=_factor(env, "IGNARA_ESTIMATE_MAX_FACTOR"),
+                stream_cut_margin=_margin(env, "IGNARA_STREAM_CUT_MARGIN"),
                 key_rule=(rule := UpstreamKeyRule.from_env(env)),
                 key_env={name: value for name, value in env.items() if rule.allows(name)},
             ),
@@ -257,6 +283,30 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: boo
             f"{name} must be a {'positive' if positive else 'non-negative'} "
             f"number of seconds, not {raw!r}"
         )
+    return value
+
+
+def _factor(env: Mapping[str, str], name: str) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else InferenceSettings.estimate_max_factor
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 1 <= value <= 100:
+        raise ValueError(f"{name} must be a number from 1 to 100, not {raw!r}")
+    return value
+
+
+def _margin(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "").strip().lower()
+    if raw == "off":
+        return None
+    try:
+        value = float(raw) if raw else InferenceSettings.stream_cut_margin
+    except ValueError:
+        value = math.nan
+    if value is None or not math.isfinite(value) or not 0 <= value <= 100:
+        raise ValueError(f'{name} must be a share from 0 to 100, or "off", not {raw!r}')
     return value
 
 

@@ -8,10 +8,16 @@ goes to (``flavors: [{name: h100, backend: hpc}]``), else it goes to ``local``::
     backends:
       - {name: hpc, kind: slurm, url: "http://127.0.0.1:6820", token_env: IGNARA_SLURM_TOKEN,
          user: root, partition: debug, account: "", api_version: v0.0.38}
+      - {name: k8s-prod, kind: kubernetes, kubeconfig: /etc/ignara/kubeconfig,
+         namespace: training, image: "registry.example/train:1", use_jobset: true,
+         flavors: {h100: {node_labels: {gpu: h100}, tolerations: [{key: gpu, effect: NoSchedule}]}}}
+      - {name: ray-east, kind: ray, url: "http://127.0.0.1:8265"}
       - {name: local, kind: local}
 
 Secrets are never in the file: ``token_env`` names the environment variable each gateway
 reads the token from (only variables the operator allows, see gateway/settings.py).
+A Kubernetes backend names a kubeconfig file (read when the backend starts) or
+``in_cluster: true`` (the pod's service account), never credentials themselves.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ __all__ = [
     "FlavorDoc",
     "IgnaraConfig",
     "InferenceDoc",
+    "KubernetesBackendDoc",
     "LimitsDoc",
     "LocalBackendDoc",
     "ModelDoc",
     "QueueWaitDoc",
+    "RayBackendDoc",
     "SlurmBackendDoc",
     "TenantDoc",
     "load_config_file",
@@ -82,7 +90,74 @@ class SlurmBackendDoc(
     timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
 
 
-BackendDoc = LocalBackendDoc | SlurmBackendDoc
+# Kubernetes' own rules (apimachinery validation): a namespace is a DNS-1123 label; a
+# label value is at most 63 of [A-Za-z0-9_.-], starting and ending alphanumeric.
+_DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+_LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*/)?"
+    + _LABEL_NAME
+    + "$"
+)
+_LABEL_VALUE = re.compile(f"^({_LABEL_NAME})?$")
+
+
+class TolerationDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A pod toleration (core/v1 Toleration), as Kubernetes spells it."""
+
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+    toleration_seconds: Annotated[int, Meta(ge=0, le=10**9)] | None = None
+
+
+class KubernetesFlavorDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Where a flavor's pods go on this cluster: node labels to select, taints to tolerate."""
+
+    node_labels: Annotated[dict[str, str], Meta(max_length=32)] = {}
+    tolerations: Annotated[list[TolerationDoc], Meta(max_length=32)] = []
+
+
+class KubernetesBackendDoc(
+    msgspec.Struct,
+    tag="kubernetes",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+):
+    """A Kubernetes cluster: exactly one of ``kubeconfig`` (a file on the gateway's host,
+    read when the backend starts; ``context`` picks one of its contexts) and
+    ``in_cluster: true`` (the gateway's pod service account). Jobs run in ``namespace``
+    from ``image``; a gang of several pod sets is a JobSet when ``use_jobset`` (the JobSet
+    controller must be installed), one pod set an indexed Job. ``flavors`` maps an
+    admitted flavor to its node labels and tolerations."""
+
+    name: str
+    namespace: Annotated[str, Meta(pattern=_DNS_LABEL)]
+    image: Annotated[str, Meta(min_length=1, max_length=512)]
+    kubeconfig: Annotated[str, Meta(min_length=1, max_length=1024)] | None = None
+    in_cluster: bool = False
+    context: Annotated[str, Meta(min_length=1, max_length=253)] | None = None
+    use_jobset: bool = True
+    flavors: Annotated[dict[str, KubernetesFlavorDoc], Meta(max_length=64)] = {}
+    timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+
+
+class RayBackendDoc(
+    msgspec.Struct, tag="ray", tag_field="kind", forbid_unknown_fields=True, omit_defaults=True
+):
+    """A Ray cluster through its Jobs REST API (the dashboard's address). ``token_env``
+    names the variable holding the token when the cluster requires one (Ray's opt-in
+    token auth, sent as a bearer token); none by default, as Ray's own default."""
+
+    name: str
+    url: Annotated[str, Meta(max_length=2048)]
+    token_env: str | None = None
+    timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+
+
+BackendDoc = LocalBackendDoc | SlurmBackendDoc | KubernetesBackendDoc | RayBackendDoc
 
 
 class FlavorDoc(msgspec.Struct, forbid_unknown_fields=True):
@@ -279,7 +354,12 @@ def _check_backends(config: IgnaraConfig) -> None:
         else:
             if backend.name == LOCAL_BACKEND or backend.name in names:
                 raise ConfigError(f"{where}.name: {backend.name!r} is listed twice or taken")
-            _check_slurm(where, backend)
+            if isinstance(backend, SlurmBackendDoc):
+                _check_slurm(where, backend)
+            elif isinstance(backend, RayBackendDoc):
+                _check_ray(where, backend)
+            else:
+                _check_kubernetes(where, backend, set(config.flavor_names))
         names.add(backend.name)
     if len([b for b in config.backends if isinstance(b, LocalBackendDoc)]) > 1:
         raise ConfigError("backends: the local backend is listed twice")
@@ -304,3 +384,53 @@ def _check_slurm(where: str, backend: SlurmBackendDoc) -> None:
     path = PurePosixPath(backend.output_dir)
     if not path.is_absolute() or ".." in path.parts or "\0" in backend.output_dir:
         raise ConfigError(f"{where}.output_dir: must be an absolute path without '..'")
+
+
+def _check_kubernetes(where: str, backend: KubernetesBackendDoc, flavors: set[str]) -> None:
+    if (backend.kubeconfig is None) == (not backend.in_cluster):
+        raise ConfigError(
+            f"{where}.kubeconfig: give exactly one of kubeconfig (a file path) and in_cluster: true"
+        )
+    if backend.kubeconfig is not None:
+        path = PurePosixPath(backend.kubeconfig)
+        if not path.is_absolute() or ".." in path.parts or "\0" in backend.kubeconfig:
+            raise ConfigError(f"{where}.kubeconfig: must be an absolute path without '..'")
+    elif backend.context is not None:
+        raise ConfigError(f"{where}.context: a context is chosen only from a kubeconfig")
+    if any(c.isspace() or c == "\0" for c in backend.image):
+        raise ConfigError(f"{where}.image: an image reference has no spaces or NUL bytes")
+    for flavor, placement in backend.flavors.items():
+        at = f"{where}.flavors.{flavor}"
+        if flavor not in flavors:
+            raise ConfigError(f"{at}: unknown flavor {flavor[:80]!r}")
+        _check_placement(at, placement)
+
+
+def _check_placement(at: str, placement: KubernetesFlavorDoc) -> None:
+    for key, value in placement.node_labels.items():
+        if len(key) > 316 or not _LABEL_KEY.match(key):
+            raise ConfigError(f"{at}.node_labels: {key[:80]!r} is not a Kubernetes label key")
+        if not _LABEL_VALUE.match(value):
+            raise ConfigError(
+                f"{at}.node_labels.{key}: {value[:80]!r} is not a Kubernetes label value"
+            )
+    for j, toleration in enumerate(placement.tolerations):
+        if toleration.key and (len(toleration.key) > 316 or not _LABEL_KEY.match(toleration.key)):
+            raise ConfigError(f"{at}.tolerations[{j}].key: not a Kubernetes label key")
+        if toleration.operator == "Exists" and toleration.value:
+            raise ConfigError(f"{at}.tolerations[{j}].value: must be empty with Exists")
+        if not toleration.key and toleration.operator != "Exists":
+            raise ConfigError(f"{at}.tolerations[{j}].operator: an empty key needs Exists")
+        if not _LABEL_VALUE.match(toleration.value):
+            raise ConfigError(f"{at}.tolerations[{j}].value: not a Kubernetes label value")
+        if toleration.toleration_seconds is not None and toleration.effect != "NoExecute":
+            raise ConfigError(
+                f"{at}.tolerations[{j}].toleration_seconds: only with effect NoExecute"
+            )
+
+
+def _check_ray(where: str, backend: RayBackendDoc) -> None:
+    if (error := base_url_error(backend.url)) is not None:
+        raise ConfigError(f"{where}.url: {error.replace('base_url', 'url')}")
+    if backend.token_env is not None and env_name_error(backend.token_env) is not None:
+        raise ConfigError(f"{where}.token_env: invalid variable name {backend.token_env!r}")

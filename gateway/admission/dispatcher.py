@@ -158,7 +158,9 @@ class Dispatcher:
                 int(row.spec["max_runtime_seconds"]),
                 job_limits(row.spec, row.admission),
                 job_pods(row.spec, row.admission),
-                row.spec.get("options", {}),
+                tenant=row.tenant,
+                queue=row.queue,
+                options=row.spec.get("options", {}),
             )
         except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))
@@ -363,6 +365,11 @@ def job_pods(spec: Mapping[str, Any], admission: Mapping[str, Any] | None) -> tu
     """The gang's shape as admitted: per pod set, its pods and each pod's GPUs, CPU and
     memory. Raises ``ValueError`` (``QuantityError``, ``InvalidJobError``)."""
     admitted = {p["name"]: p["count"] for p in (admission or {}).get("pod_sets", [])}
+    # The flavor a pod set was admitted on: its GPUs' if it asks for any, else the first.
+    flavors = {
+        p["name"]: p.get("flavors", {}).get(GPU) or min(p.get("flavors", {}).values(), default="")
+        for p in (admission or {}).get("pod_sets", [])
+    }
     pods = []
     for pod_set in spec["pod_sets"]:
         requests = pod_set["requests"]
@@ -373,6 +380,8 @@ def job_pods(spec: Mapping[str, Any], admission: Mapping[str, Any] | None) -> tu
                 gpus=-(-quantity.get(GPU, 0) // MILLI),
                 cpu_millis=quantity.get("cpu") or None,
                 memory_bytes=-(-quantity["memory"] // MILLI) if quantity.get("memory") else None,
+                name=pod_set["name"],
+                flavor=flavors.get(pod_set["name"], ""),
             )
         )
     return tuple(pods)

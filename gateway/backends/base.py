@@ -190,6 +190,10 @@ class PodShape:
     gpus: int = 0
     cpu_millis: int | None = None
     memory_bytes: int | None = None
+    # The pod set's name and the flavor it was admitted on ("": not known), for backends
+    # that place pod sets apart (Kubernetes: one replicated job each, node labels per flavor).
+    name: str = ""
+    flavor: str = ""
 
     def __post_init__(self) -> None:
         for name, value, lowest in (("count", self.count, 1), ("gpus", self.gpus, 0)):
@@ -224,6 +228,9 @@ class JobSpec:
     limits: JobLimits = JobLimits()
     # The gang's shape (empty: one process, as the local backend runs every job).
     pods: tuple[PodShape, ...] = ()
+    # Whose job it is ("": not known), for backends that label their jobs with it.
+    tenant: str = ""
+    queue: str = ""
     # Backend-specific sections as the API validated them ({"slurm": {"qos": "high"}});
     # each backend reads its own and ignores the others.
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

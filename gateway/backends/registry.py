@@ -12,8 +12,21 @@ from collections.abc import MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 from gateway.backends.base import Backend
+from gateway.backends.kubernetes import (
+    KubernetesBackend,
+    KubernetesJobSettings,
+    Placement,
+    load_config,
+)
+from gateway.backends.ray import RayBackend
 from gateway.backends.slurm import SlurmBackend, SlurmJobSettings
-from tenants.config_file import LOCAL_BACKEND, BackendDoc, SlurmBackendDoc
+from tenants.config_file import (
+    LOCAL_BACKEND,
+    BackendDoc,
+    KubernetesBackendDoc,
+    RayBackendDoc,
+    SlurmBackendDoc,
+)
 from tenants.services.config import BackendConfig
 
 if TYPE_CHECKING:
@@ -30,9 +43,12 @@ def refused_secret_variable(backends: Sequence[BackendDoc], rule: BackendSecretR
     """What is wrong with the first backend whose ``token_env`` the operator's rule does not
     allow (the field and the rule), or ``None``."""
     for i, backend in enumerate(backends):
-        if isinstance(backend, SlurmBackendDoc) and not rule.allows(backend.token_env):
+        token_env = (
+            backend.token_env if isinstance(backend, (SlurmBackendDoc, RayBackendDoc)) else None
+        )
+        if token_env is not None and not rule.allows(token_env):
             return (
-                f"backends[{i}].token_env: {backend.token_env!r} may not be sent to a "
+                f"backends[{i}].token_env: {token_env!r} may not be sent to a "
                 f"backend: {rule.describe()}"
             )
     return None
@@ -66,6 +82,14 @@ class BackendRegistry:
                 self.backends[name] = self._slurm(doc)
                 self._declared[name] = doc
                 log.info("backend %s: Slurm at %s (%s)", name, doc.url, doc.api_version)
+            elif name not in self._declared and isinstance(doc, KubernetesBackendDoc):
+                self.backends[name] = kubernetes_backend(doc)
+                self._declared[name] = doc
+                log.info("backend %s: Kubernetes namespace %s", name, doc.namespace)
+            elif name not in self._declared and isinstance(doc, RayBackendDoc):
+                self.backends[name] = self._ray(doc)
+                self._declared[name] = doc
+                log.info("backend %s: Ray at %s", name, doc.url)
         self.flavor_backends.clear()
         self.flavor_backends.update(config.flavor_backends)
 
@@ -95,3 +119,57 @@ class BackendRegistry:
             ),
             timeout=doc.timeout_seconds,
         )
+
+    def _ray(self, doc: RayBackendDoc) -> RayBackend:
+        token = None
+        if doc.token_env is not None:
+            token = self._secret_env.get(doc.token_env)
+            if not token:
+                log.warning(
+                    "backend %s: %s is not set on this gateway; its workloads wait until it is",
+                    doc.name,
+                    doc.token_env,
+                )
+        return RayBackend(
+            doc.name,
+            doc.url,
+            token=token,
+            token_required=doc.token_env is not None,
+            timeout=doc.timeout_seconds,
+        )
+
+
+def kubernetes_backend(doc: KubernetesBackendDoc) -> KubernetesBackend:
+    """The backend a ``kind: kubernetes`` declaration names; its kubeconfig is read now (a
+    file that cannot be read makes its workloads wait, saying why)."""
+    settings = KubernetesJobSettings(
+        namespace=doc.namespace,
+        image=doc.image,
+        use_jobset=doc.use_jobset,
+        flavors={
+            flavor: Placement(
+                dict(p.node_labels),
+                tuple(
+                    {
+                        k: v
+                        for k, v in (
+                            ("key", t.key),
+                            ("operator", t.operator),
+                            ("value", t.value),
+                            ("effect", t.effect),
+                            ("tolerationSeconds", t.toleration_seconds),
+                        )
+                        if v not in ("", None)
+                    }
+                    for t in p.tolerations
+                ),
+            )
+            for flavor, p in doc.flavors.items()
+        },
+    )
+    return KubernetesBackend(
+        doc.name,
+        settings,
+        lambda: load_config(doc.kubeconfig, doc.context, doc.in_cluster),
+        timeout=doc.timeout_seconds,
+    )

@@ -13,7 +13,13 @@ files, fields it does not know) by the length of its JSON, which is never less t
 its text (a content part of a kind it does not know, a file or a video, at least
 what an image may cost). Only the sampling and output options in
 :data:`UNBILLED_FIELDS` are free.
-Reconciling with the upstream's own count corrects the estimate after the call.
+Reconciling with the upstream's own count corrects the estimate after the call
+(and :mod:`gateway.inference.estimates` learns from it for the next calls).
+
+The output is reserved at the largest bound the call names (``max_tokens`` or
+``max_completion_tokens``, an upstream may honour either) x the completions asked
+for. A call that names neither is forwarded with ``max_tokens`` set to what was
+reserved for it (``cap_output``), so the upstream cannot write more than that.
 """
 
 from __future__ import annotations
@@ -109,8 +115,12 @@ class Call:
         return self.prompt_tokens + self.completion_tokens
 
 
-def parse_call(kind: CallKind, raw: bytes, default_max_tokens: int) -> Call:
-    """Check the fields the gateway relies on; raises :class:`InferenceError` (400)."""
+def parse_call(
+    kind: CallKind, raw: bytes, default_max_tokens: int, *, cap_output: bool = True
+) -> Call:
+    """Check the fields the gateway relies on; raises :class:`InferenceError` (400).
+    ``cap_output``: forward a call that names no output bound with ``max_tokens`` set
+    to the default reserved for it."""
     try:
         body = _decoder.decode(raw)
     except msgspec.DecodeError:
@@ -131,12 +141,21 @@ def parse_call(kind: CallKind, raw: bytes, default_max_tokens: int) -> Call:
         prompt = _chat_tokens(body.get("messages")) + _other_fields(body, "messages")
     else:
         prompt = _input_tokens(body, "prompt") + _other_fields(body, "prompt")
-    completion, given = _completion_tokens(body, default_max_tokens)
+    limit, given = _output_limit(body, default_max_tokens)
+    completion = limit * _choices(body)
     stream = _flag(body, "stream")
     wants_usage = stream and _wants_usage(body)
+    changed = False
     if stream and not wants_usage:
         options = body.get("stream_options") or {}
         body["stream_options"] = {**options, "include_usage": True}
+        changed = True
+    if cap_output and not given:
+        # Unbounded, an upstream writes until the model stops or its context ends:
+        # past what was reserved. Bounded, it stops there (if it honours the field).
+        body["max_tokens"] = limit
+        changed = True
+    if changed:
         raw = _encoder.encode(body)
     return Call(kind, model, stream, wants_usage, prompt, completion, raw, given)
 
@@ -235,9 +254,10 @@ def _input_tokens(body: dict[str, Any], field: str) -> int:
     raise _invalid(f"'{field}' must be a string, an array of strings, or token ids", field)
 
 
-def _completion_tokens(body: dict[str, Any], default: int) -> tuple[int, bool]:
-    """max_tokens (or the default) x the completions generated (``n``, or a legacy
-    completion's ``best_of``), and whether the caller named max_tokens."""
+def _output_limit(body: dict[str, Any], default: int) -> tuple[int, bool]:
+    """The tokens one completion may write: the largest of ``max_tokens`` and
+    ``max_completion_tokens`` (an upstream may honour either), else the default; and
+    whether the caller named one."""
     limit, given = default, False
     for field in ("max_completion_tokens", "max_tokens"):
         value = body.get(field)
@@ -245,12 +265,17 @@ def _completion_tokens(body: dict[str, Any], default: int) -> tuple[int, bool]:
             continue
         if not _is_whole(value) or not 1 <= value <= MAX_TOKENS_CAP:
             raise _invalid(f"'{field}' must be an integer from 1 to {MAX_TOKENS_CAP}", field)
-        limit, given = value, True
-        break
+        limit = max(limit, int(value)) if given else int(value)
+        given = True
+    return limit, given
+
+
+def _choices(body: dict[str, Any]) -> int:
+    """The completions generated: ``n``, or a legacy completion's ``best_of``."""
     choices = _count(body, "n")
     if "best_of" in body:
         choices = max(choices, _count(body, "best_of"))
-    return int(limit) * choices, given
+    return choices
 
 
 def _count(body: dict[str, Any], field: str) -> int:

@@ -1,19 +1,24 @@
 """The rules of one inference call, in the order they apply:
 
 1. The caller may call models at all (authorization policy, ``inference.call``).
-2. The body is checked and its tokens estimated (:mod:`gateway.inference.calls`),
-   and so is ``X-Ignara-Priority``; an estimate over the config's
+2. The body is checked and its tokens estimated (:mod:`gateway.inference.calls`;
+   a call that names no output bound is forwarded with the one it reserves), and
+   so is ``X-Ignara-Priority``; an estimate over the config's
    ``inference.max_call_tokens`` is a 400.
 3. The model exists and is open to the tenant, through the queue it spends
    (inference policy); the queue is the caller's ``X-Ignara-Queue`` or the first of
    the tenant's queues that holds token quota for the model's flavor. A call that
    needs more than the queue could ever get (its nominal quota plus what it may
    borrow) is a 400: no wait would help.
-4. The estimate is reserved over the queue and every cohort above it, in one step;
-   a refusal is a 429 (or, on a queue configured to wait, a place in line).
+4. The estimate, its input corrected by what the upstream reported for earlier
+   calls (:mod:`gateway.inference.estimates`), is reserved over the queue and every
+   cohort above it, in one step; a refusal is a 429 (or, on a queue configured to
+   wait, a place in line).
 5. The call is forwarded; a failure before the response started is a 502/504 and
    the reservation is given back. Every answer from here on carries the
-   ``x-ratelimit-*`` headers (:mod:`gateway.inference.ratelimits`).
+   ``x-ratelimit-*`` headers (:mod:`gateway.inference.ratelimits`). A stream
+   that runs clearly past its reservation is ended there
+   (:mod:`gateway.inference.overrun`).
 6. After the response (or the stream) ends, the reservation is reconciled with
    the upstream's usage, and a usage record is queued for SQL.
 """
@@ -34,7 +39,9 @@ from gateway.authorization import principal_of
 from gateway.inference.calls import Call, CallKind, estimate_text_tokens, parse_call
 from gateway.inference.catalog import Catalog
 from gateway.inference.errors import UpstreamError
+from gateway.inference.estimates import InputCorrections, reserved_tokens
 from gateway.inference.limits import check_call_size, check_fits
+from gateway.inference.overrun import OutputMeter
 from gateway.inference.problems import InferenceError
 from gateway.inference.ratelimits import REQUESTS, QueueQuota, amounts_for, refusal_message
 from gateway.inference.registry import ModelRoute
@@ -86,6 +93,7 @@ class _Outcome:
     status: int
     endpoint: str | None
     streamed: bool = False
+    reported: bool = False  # the prompt count is the upstream's, not an estimate
 
 
 @dataclass(slots=True)
@@ -98,6 +106,7 @@ class _Context:
     quota: QueueQuota
     grant: Grant
     started: float
+    prompt: int  # the input tokens reserved (the estimate, corrected)
 
     @property
     def queue(self) -> str:
@@ -118,6 +127,9 @@ class InferenceService:
         catalog: Catalog | None = None,
         clock: Callable[[], float] = time.time,
         ledger_outage: Outage | None = None,
+        corrections: InputCorrections | None = None,
+        cap_output: bool = True,
+        cut_margin: float | None = 0.25,
     ) -> None:
         self.ledger = ledger
         self.client = client
@@ -127,6 +139,11 @@ class InferenceService:
         self.clock = clock  # the ledger's time (tests set it)
         self.ledger_outage = ledger_outage or Outage("token ledger")  # logged once, not per call
         self.waiting = WaitLine()
+        # Bounds on overshoot: learned input corrections, the output bound forwarded
+        # when a call names none, streams cut this far past their reservation.
+        self.corrections = corrections or InputCorrections()
+        self.cap_output = cap_output
+        self.cut_margin = cut_margin
         self._settling: set[asyncio.Task[None]] = set()
 
     # -- the routes ----------------------------------------------------------------------
@@ -149,12 +166,16 @@ class InferenceService:
         await self._authorize(identity, "inference.call")  # 1
         catalog = self.catalog
         priority = _priority(headers.get(PRIORITY_HEADER))  # 2
-        call = parse_call(kind, raw, catalog.settings.default_max_tokens)
+        call = parse_call(
+            kind, raw, catalog.settings.default_max_tokens, cap_output=self.cap_output
+        )
         check_call_size(call, catalog.settings)
         route, quota = await self._place(catalog, identity, call, headers)  # 3
         check_fits(call, quota, catalog.settings)
-        grant = await self._reserve(catalog, quota, call, priority)  # 4
-        context = _Context(identity, call, route, quota, grant, started)
+        prompt = self.corrections.reserved_prompt(call, quota.queue)
+        note = _note(identity, call, prompt)
+        grant = await self._reserve(catalog, quota, call, prompt, priority, note)  # 4
+        context = _Context(identity, call, route, quota, grant, started, prompt)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
         except asyncio.CancelledError:
@@ -277,14 +298,21 @@ class InferenceService:
     # -- 4: quota ----------------------------------------------------------------------
 
     async def _reserve(
-        self, catalog: Catalog, quota: QueueQuota, call: Call, priority: int
+        self,
+        catalog: Catalog,
+        quota: QueueQuota,
+        call: Call,
+        prompt: int,
+        priority: int,
+        note: str | None = None,
     ) -> Grant:
         queue, flavor = quota.queue, quota.flavor
-        amounts = amounts_for(quota.resources, call.estimate)
+        limits = (limit for resource, limit in quota.limits.items() if resource != REQUESTS)
+        amounts = amounts_for(quota.resources, reserved_tokens(call, prompt, limits))
         max_wait = catalog.max_wait.get(queue)
 
         def attempt() -> Awaitable[Grant | Refusal]:
-            return self.ledger.reserve(queue, flavor, amounts, now=self.clock())
+            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note)
 
         began = self.ledger_outage.now()
         try:
@@ -346,9 +374,15 @@ class InferenceService:
                 code="upstream_malformed",
                 headers=context.headers(given_back=True),
             )
-        prompt, completion = _usage_of(document, context.call)
+        # Charged as reported, past the reservation too: a whole answer cannot be cut.
+        reported = _reported_usage(document.get("usage"))
+        prompt, completion = reported or (
+            self._input_estimate(context),
+            _completion_estimate(document),
+        )
         # The answer does not wait for the accounting: one round trip less per call.
-        outcome = _Outcome(prompt, completion, response.status, response.endpoint.base_url)
+        endpoint = response.endpoint.base_url
+        outcome = _Outcome(prompt, completion, response.status, endpoint, False, bool(reported))
         self._settle_later(context, outcome)
         headers = {**_answer_headers(response), **context.headers()}
         return Answer(response.status, body, headers, _media(response))
@@ -370,16 +404,24 @@ class InferenceService:
     ) -> AsyncIterator[bytes]:
         """Pass the stream on; account for it however it ends (done, broken, or the
         client gone, which cancels this generator and so closes the upstream)."""
-        accountant = StreamAccountant(strip_usage=not context.call.wants_usage_chunk)
+        accountant = StreamAccountant(
+            strip_usage=not context.call.wants_usage_chunk, meter=self._meter(context)
+        )
         status = 200
+        checkpoint = _Checkpoints(self.ledger, context)
         try:
             out = accountant.feed(first)
+            if accountant.cut:  # past its reservation: stop the upstream, end the stream
+                await chunks.aclose()
             if out:
                 yield out
             async for chunk in chunks:
                 out = accountant.feed(chunk)
+                if accountant.cut:
+                    await chunks.aclose()
                 if out:
                     yield out
+                checkpoint.maybe(accountant.completion_estimate)
             rest = accountant.flush()
             if rest:
                 yield rest
@@ -388,10 +430,31 @@ class InferenceService:
             yield error_event(err.message, "api_error", err.code)
         finally:
             await chunks.aclose()
-            prompt, completion = _stream_usage(accountant, context.call)
+            reported = _reported_usage(accountant.usage)
+            prompt = self._input_estimate(context)
+            prompt, completion = reported or (prompt, accountant.completion_estimate)
             # In a task of its own: a client that left cancels this generator, and
             # awaiting here would be cancelled with it.
-            self._settle_later(context, _Outcome(prompt, completion, status, endpoint, True))
+            outcome = _Outcome(prompt, completion, status, endpoint, True, bool(reported))
+            self._settle_later(context, outcome)
+
+    def _meter(self, context: _Context) -> OutputMeter | None:
+        """What counts a stream's output and cuts it past its reservation (or nothing)."""
+        call = context.call
+        if self.cut_margin is None:
+            return None
+        return OutputMeter(
+            reserved=call.completion_tokens,
+            margin=self.cut_margin,
+            chat=call.kind is CallKind.CHAT,
+            prompt=lambda: self._input_estimate(context),
+            usage_chunk=call.wants_usage_chunk,
+        )
+
+    def _input_estimate(self, context: _Context) -> int:
+        """A call's input, for a stream the upstream never reported: what it reserved,
+        or more if the correction learned meanwhile (from calls that ended first)."""
+        return max(context.prompt, self.corrections.reserved_prompt(context.call, context.queue))
 
     def _settle_later(self, context: _Context, outcome: _Outcome) -> None:
         self._background(self._settle(context, outcome))
@@ -409,8 +472,13 @@ class InferenceService:
             await self.ledger.reconcile(grant, amounts_for(grant.amounts, used), now=self.clock())
         except LedgerUnavailableError as err:  # it expires with its window instead
             self.ledger_outage.failed(err)
-        if used < context.call.estimate:
+        if used < context.prompt + context.call.completion_tokens:
             self.waiting.notify(context.queue, grant.flavor)
+        if outcome.reported:
+            estimate = context.call.prompt_tokens
+            self.corrections.learn(
+                context.call.model, context.queue, estimated=estimate, reported=outcome.prompt
+            )
         self._record(context, outcome)
 
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
@@ -438,13 +506,13 @@ class InferenceService:
                 streamed=outcome.streamed,
                 api_key_id=identity.key_id,
                 endpoint=outcome.endpoint,
+                reservation=context.grant.id,
             )
         )
 
 
-def _usage_of(document: dict[str, Any], call: Call) -> tuple[int, int]:
-    """(prompt, completion) tokens from the upstream's ``usage``, else estimated."""
-    usage = document.get("usage")
+def _reported_usage(usage: Any) -> tuple[int, int] | None:
+    """(prompt, completion) tokens from the upstream's ``usage``, if it has them."""
     if isinstance(usage, dict):
         prompt = usage.get("prompt_tokens")
         if _is_count(prompt):
@@ -453,7 +521,7 @@ def _usage_of(document: dict[str, Any], call: Call) -> tuple[int, int]:
                 total = usage.get("total_tokens")
                 completion = total - prompt if _is_count(total) and total >= prompt else 0
             return prompt, completion
-    return call.prompt_tokens, _completion_estimate(document)
+    return None
 
 
 def _completion_estimate(document: dict[str, Any]) -> int:
@@ -465,12 +533,6 @@ def _completion_estimate(document: dict[str, Any]) -> int:
             if isinstance(text, str):
                 chars += len(text)
     return estimate_text_tokens(chars)
-
-
-def _stream_usage(accountant: StreamAccountant, call: Call) -> tuple[int, int]:
-    if accountant.usage is not None:
-        return _usage_of({"usage": accountant.usage}, call)
-    return call.prompt_tokens, accountant.events  # about one token per event
 
 
 def _is_count(value: Any) -> TypeGuard[int]:
@@ -536,3 +598,40 @@ def _upstream_problem(err: UpstreamError, context: _Context) -> InferenceError:
         code=err.code,
         headers=context.headers(given_back=True),
     )
+
+
+# -- what another gateway needs to record a call should this one die -----------------------
+
+CHECKPOINT_SECONDS = 1.0  # how often a stream notes its tokens so far in the ledger
+
+
+class _Checkpoints:
+    """Notes a stream's tokens so far in its reservation, at most once a second (fire
+    and forget): should this gateway die, another settles the call at that."""
+
+    __slots__ = ("_context", "_ledger", "_next")
+
+    def __init__(self, ledger: Ledger, context: _Context) -> None:
+        self._ledger = ledger
+        self._context = context
+        self._next = time.monotonic() + CHECKPOINT_SECONDS
+
+    def maybe(self, completion: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + CHECKPOINT_SECONDS
+            self._ledger.checkpoint(self._context.grant, self._context.prompt + completion)
+
+
+def _note(identity: Identity, call: Call, prompt: int) -> str:
+    """What the ledger keeps of the call for :mod:`gateway.usage.reclaim` (JSON)."""
+    return msgspec.json.encode(
+        {
+            "tenant": identity.tenant,
+            "principal": identity.principal,
+            "key": identity.key_id,
+            "model": call.model,
+            "prompt": prompt,  # the input reserved (the estimate, corrected)
+            "stream": call.stream,
+        }
+    ).decode()

@@ -3,7 +3,9 @@
 Bytes go to the client as they arrive, cut only at event boundaries (a client
 cannot use half an event anyway). Events are parsed only when they may carry
 usage, so the usual chunk costs a few byte searches. The usage chunk the gateway
-asked for on the caller's behalf is taken out again.
+asked for on the caller's behalf is taken out again. With an
+:class:`~gateway.inference.overrun.OutputMeter`, a stream that writes past its
+reservation is ended there (``cut``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from gateway.inference.overrun import OutputMeter
 
 __all__ = ["StreamAccountant", "error_event"]
 
@@ -23,18 +27,29 @@ _encoder = msgspec.json.Encoder()
 
 class StreamAccountant:
     """Feed upstream chunks; get back what to send. ``usage`` is the upstream's final
-    usage object when it sent one; ``events`` counts data events (about one token each)."""
+    usage object when it sent one; ``events`` counts data events (about one token each).
+    With a ``meter``, ``cut`` becomes true when the stream went past its reservation:
+    the last bytes returned end the stream, and the rest must not be read."""
 
-    __slots__ = ("_pending", "_separator", "events", "strip_usage", "usage")
+    __slots__ = ("_pending", "_separator", "cut", "events", "meter", "strip_usage", "usage")
 
-    def __init__(self, *, strip_usage: bool) -> None:
+    def __init__(self, *, strip_usage: bool, meter: OutputMeter | None = None) -> None:
         self.strip_usage = strip_usage
+        self.meter = meter
         self.usage: dict[str, Any] | None = None
         self.events = 0
+        self.cut = False
         self._pending = b""
         self._separator = b""  # set by the first chunk: servers may end lines with CRLF
 
+    @property
+    def completion_estimate(self) -> int:
+        """Output tokens streamed, when the upstream sent no usage."""
+        return self.meter.tokens if self.meter is not None else self.events
+
     def feed(self, chunk: bytes) -> bytes:
+        if self.cut:
+            return b""
         data = self._pending + chunk if self._pending else chunk
         if not self._separator:
             self._separator = b"\r\n\r\n" if b"\r\n" in data else _SEPARATOR
@@ -49,15 +64,22 @@ class StreamAccountant:
     def flush(self) -> bytes:
         """What is left when the upstream ends (an unterminated last event)."""
         rest, self._pending = self._pending, b""
+        if self.cut:
+            return b""
         return self._complete(rest) if rest.strip() else rest
 
     def _complete(self, events: bytes) -> bytes:
         self.events += events.count(b"data:") - events.count(_DONE)
-        if b'"usage"' not in events:
-            return events
         separator = self._separator or _SEPARATOR
-        kept = [event for event in events.split(separator) if self._keep(event)]
-        return separator.join(kept)
+        if b'"usage"' in events:
+            events = separator.join(e for e in events.split(separator) if self._keep(e))
+        if self.meter is None:
+            return events
+        kept, over = self.meter.take(events, separator)
+        if over:
+            self.cut = True
+            return kept + self.meter.ending(separator)
+        return kept
 
     def _keep(self, event: bytes) -> bool:
         """Note the usage an event carries; drop it if it is only the usage we asked for."""

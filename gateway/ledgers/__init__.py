@@ -11,7 +11,11 @@ from gateway.ledgers.base import (
     Grant,
     Ledger,
     LedgerUnavailableError,
+    RecentSpend,
+    Reclaimed,
     Refusal,
+    Spent,
+    SpentSource,
     UnknownQueueError,
 )
 from gateway.ledgers.memory import MemoryLedger
@@ -23,8 +27,12 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "MemoryLedger",
+    "RecentSpend",
+    "Reclaimed",
     "RedisLedger",
     "Refusal",
+    "Spent",
+    "SpentSource",
     "UnknownQueueError",
     "create_ledger",
 ]

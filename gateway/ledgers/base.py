@@ -6,7 +6,9 @@ engine counts milli-units (``nominal: 1000`` tokens is 1,000,000 inside
 way out (``remaining``, ``limit``, ``usage``, a refusal's ``available``).
 
 A grant is settled once: the first :meth:`Ledger.reconcile` or
-:meth:`Ledger.release` corrects it, later ones are no-ops. That keeps a retried
+:meth:`Ledger.release` corrects it, later ones are no-ops; so is a settle whose
+grant names another queue, flavor or owner than the reservation of its id (ledgers
+count those as ``foreign_settles`` and log the first). That keeps a retried
 release from refunding twice, and lets the Redis ledger drop a reservation's
 record as soon as it is settled instead of keeping it for a month.
 """
@@ -14,8 +16,8 @@ record as soon as it is settled instead of keeping it for a month.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from quota.ledger import BUDGET_RESOURCES, RATE_RESOURCES, Refusal
@@ -27,7 +29,11 @@ __all__ = [
     "Grant",
     "Ledger",
     "LedgerUnavailableError",
+    "RecentSpend",
+    "Reclaimed",
     "Refusal",
+    "Spent",
+    "SpentSource",
     "UnknownQueueError",
     "check_actual",
     "check_amounts",
@@ -72,6 +78,50 @@ class Grant:
     # per resource: seconds until ``remaining`` is back at the limit if nothing more is
     # reserved (quota.ledger.full_reset_after: a rate's window, a budget's period end)
     reset_after: dict[str, float]
+    # The ledger (gateway process) that made it: a settle must come from it, so a
+    # grant of another process (or of before a Redis restart) never settles this one.
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A reservation of a gateway whose lease expired (it died): to settle and record."""
+
+    id: str
+    owner: str  # the gateway that made it
+    queue: str
+    flavor: str
+    amounts: dict[str, int]  # what was reserved (the estimate)
+    note: str  # what the gateway noted of the call at its reservation
+    checkpoint: int | None  # the tokens it last said the call had used, if it did
+    settled: int | None  # the tokens it was settled at, if its gateway settled it
+
+    def grant(self) -> Grant:
+        return Grant(self.id, self.queue, self.flavor, dict(self.amounts), {}, {}, self.owner)
+
+
+@dataclass(frozen=True, slots=True)
+class RecentSpend:
+    """What one queue spent of one flavor in the last rate window, as recorded."""
+
+    tokens: int
+    requests: int
+    last_at: float  # when the latest of those calls was recorded (seconds since the epoch)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The durable account of what queues spent, to rebuild a ledger that lost it."""
+
+    measured_at: float
+    # (queue, flavor, budget resource) -> tokens spent in the periods measured_at is in
+    budgets: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    # (queue, flavor) -> what was spent in the last minute (for the per-minute rates)
+    recent: Mapping[tuple[str, str], RecentSpend] = field(default_factory=dict)
+
+
+SpentSource = Callable[[], Awaitable[Spent]]
+"""Reads :class:`Spent` from the durable store (the usage records)."""
 
 
 class Ledger(Protocol):
@@ -88,10 +138,53 @@ class Ledger(Protocol):
     raises it.
     """
 
+    # Settles that changed nothing: no reservation of the grant's id (settled already,
+    # or lost with the store's state), or one of another queue, flavor or owner.
+    foreign_settles: int
+
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
-        """Reserve every amount over the queue and its cohorts at once, or nothing."""
+        """Reserve every amount over the queue and its cohorts at once, or nothing.
+        ``note``: what a shared ledger keeps with the reservation until the call's usage
+        record is written (:meth:`forget`), for another gateway to record the call
+        (:meth:`reclaim`) should this one die first."""
+        ...
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        """Note the tokens a live call has used so far (fire and forget): what it is
+        settled at if its gateway dies."""
+        ...
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        """The usage records of these settled reservations are written: drop them."""
+        ...
+
+    async def renew_lease(self, seconds: float) -> None:
+        """Hold (or extend) this gateway's lease for ``seconds``."""
+        ...
+
+    async def drop_lease(self) -> None:
+        """Give the lease up (a graceful stop, every record written)."""
+        ...
+
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
+        """Up to ``limit`` reservations of gateways whose lease expired, live or settled
+        but not yet recorded (settle the live ones with :meth:`settle_orphan`), in
+        (owner, id) order after ``after`` (the last one of the previous page)."""
+        ...
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        """Settle a dead gateway's live reservation at ``tokens`` (one request); False
+        if someone else settled it first."""
         ...
 
     async def reconcile(
@@ -150,6 +243,16 @@ class Ledger(Protocol):
         """Charge budgets with what was spent before this ledger started, per (queue,
         flavor, budget resource) in the periods ``measured_at`` was in, replacing what
         an earlier call restored; a no-op for a :attr:`durable` ledger."""
+        ...
+
+    def restore_from(self, spent: SpentSource) -> None:
+        """Where a shared ledger reads what was spent, to rebuild itself when its store
+        lost its state (a Redis restart without persistence); it grants nothing until
+        it has. A no-op for the in-process ledger."""
+        ...
+
+    async def store_warnings(self) -> list[str]:
+        """What is wrong with the store's settings for a ledger (empty if nothing)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -9,11 +9,15 @@ without awaiting, so calls never interleave.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
 
 from gateway.ledgers.base import (
     Grant,
+    Reclaimed,
     Refusal,
+    SpentSource,
     UnknownQueueError,
     check_actual,
     check_amounts,
@@ -28,6 +32,8 @@ from quota.tree import ResourceNode, potential_available
 
 __all__ = ["MemoryLedger"]
 
+log = logging.getLogger(__name__)
+
 _FIRST_SWEEP = 1024
 
 
@@ -41,9 +47,17 @@ class MemoryLedger:
         self._open: dict[str, Reservation] = {}
         self._sweep_at = _FIRST_SWEEP
         self._restored: list[Reservation] = []  # what restore_budgets charged
+        self.owner = secrets.token_hex(8)
+        self.foreign_settles = 0  # settles of a reservation that is not (or no longer) there
 
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
@@ -62,15 +76,34 @@ class MemoryLedger:
             remaining={r: to_units(self._ledger.available(queue, flavor, r, at)) for r in amounts},
             # its own reservation is the last to expire (quota.ledger.full_reset_after)
             reset_after={r: result.expires[r] - at for r in amounts},
+            owner=self.owner,
         )
 
     async def reconcile(
         self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
     ) -> None:
         used = check_actual(grant, actual)
-        reservation = self._open.pop(grant.id, None)
-        if reservation is not None:
-            self._ledger.reconcile(reservation, to_milli(used), clock(now))
+        reservation = self._open.get(grant.id)
+        if (
+            reservation is None
+            or (reservation.queue, reservation.flavor) != (grant.queue, grant.flavor)
+            or grant.owner != self.owner
+        ):
+            self._foreign(grant)
+            return
+        del self._open[grant.id]
+        self._ledger.reconcile(reservation, to_milli(used), clock(now))
+
+    def _foreign(self, grant: Grant) -> None:
+        """Count (and say once) a settle that found no reservation of its own to settle."""
+        self.foreign_settles += 1
+        if self.foreign_settles == 1:
+            log.warning(
+                "token ledger: a settle of reservation %s (queue %s) changed nothing: it is "
+                "unknown, settled already or another's; later ones are only counted",
+                grant.id,
+                grant.queue,
+            )
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
@@ -133,6 +166,35 @@ class MemoryLedger:
                 per_call.setdefault((queue, flavor), {})[resource] = tokens * MILLI
         for (queue, flavor), amounts in per_call.items():
             self._restored.append(self._ledger.charge_spent(queue, flavor, amounts, at))
+
+    # A process that dies takes this ledger with it: nobody is left to reclaim from.
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        return None
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        return None
+
+    async def renew_lease(self, seconds: float) -> None:
+        return None
+
+    async def drop_lease(self) -> None:
+        return None
+
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
+        return []
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        return False
+
+    def restore_from(self, spent: SpentSource) -> None:
+        """Nothing to do: this ledger never loses its state but with its process, and
+        :meth:`restore_budgets` restores that at start."""
+
+    async def store_warnings(self) -> list[str]:
+        return []
 
     async def aclose(self) -> None:
         return None

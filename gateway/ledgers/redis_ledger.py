@@ -19,6 +19,16 @@ replaces it and re-charges what is live into the new tree.
 Redis errors, socket errors and timeouts (also waiting for a free connection of
 the pool) come out as :class:`~gateway.ledgers.base.LedgerUnavailableError`.
 
+Redis may lose its state (a restart without persistence, an eviction). Then
+``{prefix}:epoch`` is missing, and reserve.lua grants nothing: the first replica to
+see it takes ``{prefix}:rebuild`` (SET NX with a TTL), charges again what the usage
+records say was spent (budgets this day and month, the rates' last minute: its
+:class:`~gateway.ledgers.base.SpentSource`), and sets a new random epoch. Calls wait
+for that a moment (:data:`REBUILD_WAIT`), else fail closed. Reservation ids carry
+the epoch, so an id never names two reservations, and a settle names the queue,
+flavor and owner (this ledger) it expects: a grant from before the loss, or of
+another replica, settles nothing.
+
 Times are the callers' clocks (``now``): replicas should agree to well under a
 second (NTP). Key TTLs are only a safety net and are relative, so the Redis
 server's clock does not matter.
@@ -30,19 +40,23 @@ import asyncio
 import json
 import logging
 import math
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
     Grant,
     LedgerUnavailableError,
+    Reclaimed,
     Refusal,
+    Spent,
+    SpentSource,
     UnknownQueueError,
     check_actual,
     check_amounts,
@@ -76,8 +90,32 @@ KEY_MARGIN_SECONDS = 3600
 # with the next period.
 _PERIOD_EDGE = 0.001
 
-# The static part of a reconcile whose queue left the configuration: only settle.
-_SETTLE_ONLY = b'{"n":[],"r":[]}'
+# A reservation refused because Redis lost its state (reserve.lua's {-1}).
+_LOST = -1
+
+# How long a call waits for the ledger to be rebuilt (by this replica or another)
+# before it is refused with LedgerUnavailableError, and how long the rebuild lock
+# lasts (a replica that died while rebuilding holds it no longer than this).
+REBUILD_WAIT = 2.0
+REBUILD_LOCK_SECONDS = 10.0
+_REBUILD_POLL = 0.05
+
+# The rebuild's own steps, as scripts on the ledger's one connection (a pool may have
+# no other to spare). Finishing sets the new epoch and frees the lock only if the lock
+# is still this rebuilder's: had Redis lost its state again meanwhile, the lock would
+# be gone, and the epoch must stay missing (so the next call rebuilds again).
+_EXISTS = LuaScript.of("return redis.call('EXISTS', KEYS[1])")
+_TAKE_LOCK = LuaScript.of(
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0"
+)
+_CLEAR = LuaScript.of("if #KEYS > 0 then redis.call('DEL', unpack(KEYS)) end return 1")
+_FINISH_REBUILD = LuaScript.of(
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[2], ARGV[2]) redis.call('DEL', KEYS[1]) return 1"
+)
+_DROP_LOCK = LuaScript.of(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 1"
+)
 
 _STORE_ERRORS = (RedisError, OSError, TimeoutError)
 
@@ -90,7 +128,9 @@ def _script(name: str) -> LuaScript:
     return LuaScript.of((lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text())
 
 
-_RESERVE, _RECONCILE, _USAGE, _REBUILD = map(_script, ("reserve", "reconcile", "usage", "rebuild"))
+_RESERVE, _RECONCILE, _USAGE, _REBUILD, _LEASES = map(
+    _script, ("reserve", "reconcile", "usage", "rebuild", "leases")
+)
 
 
 @dataclass(slots=True)
@@ -125,6 +165,8 @@ class RedisLedger:
         *,
         prefix: str = "ignara",
         owns_client: bool = False,
+        owner: str | None = None,
+        spent: SpentSource | None = None,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix {prefix!r}: braces would break its hash tag")
@@ -134,7 +176,18 @@ class RedisLedger:
         self._paths: dict[tuple[str, str, tuple[str, ...]], _Path] = {}
         self._tag = "{" + prefix + "}"
         self._seq = f"{self._tag}:seq".encode()
-        self._batcher = ScriptBatcher(client, preload=(_RESERVE, _RECONCILE, _USAGE, _REBUILD))
+        self._prefix = f"{self._tag}:"
+        self._epoch_key = f"{self._tag}:epoch"
+        self._lock_key = f"{self._tag}:rebuild"
+        # Who this ledger is: every reservation it makes names it, and only it settles them.
+        self.owner = owner or secrets.token_hex(8)
+        self._spent = spent
+        self._rebuilding: asyncio.Task[None] | None = None
+        self.rebuilds = 0  # how often this replica rebuilt the ledger
+        self.foreign_settles = 0  # settles of a reservation that is not (or no longer) there
+        self._batcher = ScriptBatcher(
+            client, preload=(_RESERVE, _RECONCILE, _USAGE, _REBUILD, _LEASES)
+        )
 
     @classmethod
     def from_url(
@@ -143,6 +196,7 @@ class RedisLedger:
         config: QuotaConfig,
         *,
         prefix: str = "ignara",
+        owner: str | None = None,
         max_connections: int = 4,
         timeout: float | None = 5.0,
         socket_connect_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
@@ -167,12 +221,18 @@ class RedisLedger:
             socket_timeout=socket_timeout,
             decode_responses=True,
         )
-        return cls(Redis.from_pool(pool), config, prefix=prefix, owns_client=True)
+        return cls(Redis.from_pool(pool), config, prefix=prefix, owns_client=True, owner=owner)
 
     # -- the Ledger protocol --------------------------------------------------------------
 
     async def reserve(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], *, now: float | None = None
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        *,
+        now: float | None = None,
+        note: str | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
@@ -184,12 +244,21 @@ class RedisLedger:
         args: list[EncodableT] = [path.static, repr(at)]
         for amount, end in zip(amounts.values(), path.ends, strict=True):
             args += (amount * MILLI, end or rate_end)
-        reply = await self._run(
-            _RESERVE,
-            (self._seq, *path.keys),
-            args,
-            orphaned=lambda reply: self._give_back(queue, flavor, amounts, at, reply),
-        )
+        if note:
+            args += ("", note)
+        for attempt in range(2):
+            reply = await self._run(
+                _RESERVE,
+                (self._seq, *path.keys),
+                args,
+                orphaned=lambda reply: self._give_back(queue, flavor, amounts, at, reply),
+            )
+            if not _lost(reply):
+                break
+            if attempt == 0:  # Redis lost its state: rebuild (or wait for it), then again
+                await self._rebuilt(at)
+        else:
+            raise LedgerUnavailableError("the ledger lost its state and is being rebuilt")
         try:
             if int(reply[0]) == 1:
                 return Grant(
@@ -204,6 +273,7 @@ class RedisLedger:
                         r: end - at if end else RATE_WINDOW_SECONDS
                         for r, end in zip(resources, path.end_times, strict=True)
                     },
+                    owner=self.owner,
                 )
             return self._refusal(flavor, amounts, resources, reply)
         except (LookupError, TypeError, ValueError) as err:
@@ -213,7 +283,7 @@ class RedisLedger:
         self, grant: Grant, actual: Mapping[str, int], *, now: float | None = None
     ) -> None:
         keys, args = self._settlement(grant, check_actual(grant, actual), now)
-        await self._run(_RECONCILE, keys, args)
+        self._settled(grant, await self._run(_RECONCILE, keys, args))
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
         await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
@@ -230,7 +300,14 @@ class RedisLedger:
         return node is not None and FlavorResource(flavor, resource) in node.quotas
 
     async def update_config(self, config: QuotaConfig, *, now: float | None = None) -> None:
+        """Adopt ``config``; and if Redis lost its state (at start: a fresh Redis),
+        rebuild the ledger now rather than at the first call."""
         at = clock(now)
+        await self._adopt(config, at)
+        if not int(await self._run(_EXISTS, [self._epoch_key], [])):
+            await self._rebuilt(at)
+
+    async def _adopt(self, config: QuotaConfig, at: float) -> None:
         old, new = self._state, ClusterState.build(config)
         self._state = new
         self._paths.clear()
@@ -275,6 +352,40 @@ class RedisLedger:
     def durable(self) -> bool:
         return True
 
+    # -- leases: a dead gateway's reservations ----------------------------------------------
+
+    def checkpoint(self, grant: Grant, tokens: int) -> None:
+        args: list[EncodableT] = ["check", self._prefix, max(0, tokens), grant.id, grant.owner]
+        # Fire and forget: a lost checkpoint only makes a reclaim less exact.
+        self._batcher.call(_LEASES, [], args).add_done_callback(_ignore)
+
+    async def forget(self, ids: Sequence[str]) -> None:
+        if ids:
+            await self._run(_LEASES, [], ["forget", self._prefix, *ids])
+
+    async def renew_lease(self, seconds: float) -> None:
+        ms = max(1, int(seconds * 1000))
+        await self._run(_LEASES, [], ["renew", self._prefix, self.owner, ms])
+
+    async def drop_lease(self) -> None:
+        await self._run(_LEASES, [], ["drop", self._prefix, self.owner])
+
+    async def reclaim(self, limit: int = 100, after: tuple[str, str] = ("", "")) -> list[Reclaimed]:
+        args: list[EncodableT] = ["orphans", self._prefix, limit, self.owner, *after]
+        reply = await self._run(_LEASES, [], args)
+        try:
+            return [_reclaimed(str(owner), str(rid), fields) for owner, rid, fields in reply]
+        except (LookupError, TypeError, ValueError) as err:
+            raise LedgerUnavailableError(f"unexpected reply to reclaim: {reply!r}") from err
+
+    async def settle_orphan(
+        self, orphan: Reclaimed, tokens: int, *, now: float | None = None
+    ) -> bool:
+        grant = orphan.grant()
+        used = {r: 1 if r == "requests-per-minute" else tokens for r in grant.amounts}
+        keys, args = self._settlement(grant, used, now)
+        return str(await self._run(_RECONCILE, keys, args)) == "1"
+
     async def restore_budgets(
         self,
         spent: Mapping[tuple[str, str, str], int],
@@ -282,15 +393,140 @@ class RedisLedger:
         measured_at: float,
         now: float | None = None,
     ) -> None:
-        """Redis keeps the budgets itself: nothing to restore."""
+        """Redis keeps the budgets itself: nothing to restore (unless it loses them:
+        see :meth:`restore_from`)."""
+
+    def restore_from(self, spent: SpentSource) -> None:
+        """Where to read what was spent when Redis lost its state (the usage records)."""
+        self._spent = spent
+
+    async def store_warnings(self) -> list[str]:
+        """What is wrong with the Redis server's settings for a ledger, from CONFIG GET:
+        no persistence (a restart forgets the budgets until the usage records restore
+        them, less what was not yet written) and an eviction policy that may drop
+        ledger keys. Empty if all is well or CONFIG is disabled (renamed, ACL)."""
+        found: dict[str, str] = {}
+        try:
+            for name in ("appendonly", "save", "maxmemory-policy"):
+                reply = await self._redis.config_get(name)
+                found.update({str(k): str(v) for k, v in reply.items()})
+        except ResponseError as err:  # CONFIG renamed away or denied: managed Redis
+            log.info("cannot read the Redis settings (CONFIG GET: %s); not checked", err)
+            return []
+        except _STORE_ERRORS as err:
+            raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
+        return _store_warnings(found)
 
     async def aclose(self) -> None:
+        rebuilding = self._rebuilding
+        if rebuilding is not None and not rebuilding.done():
+            rebuilding.cancel()
+            await asyncio.gather(rebuilding, return_exceptions=True)
         await self._batcher.aclose()
         if self._owns_client:
             try:
                 await self._redis.aclose()
             except _STORE_ERRORS as err:
                 raise LedgerUnavailableError(f"closing the Redis client: {err}") from err
+
+    # -- Redis lost its state: rebuild --------------------------------------------------------
+
+    async def _rebuilt(self, at: float) -> None:
+        """Wait until the ledger is rebuilt, by this replica (one rebuild at a time) or
+        another; :class:`LedgerUnavailableError` if that takes over :data:`REBUILD_WAIT`."""
+        task = self._rebuilding
+        if task is None or task.done():
+            task = self._rebuilding = asyncio.get_running_loop().create_task(
+                self._rebuild(at), name="ignara-ledger-rebuild"
+            )
+            task.add_done_callback(_log_rebuild_failure)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), REBUILD_WAIT)
+        except TimeoutError:
+            raise LedgerUnavailableError("the ledger lost its state and is being rebuilt") from None
+
+    async def _rebuild(self, at: float) -> None:
+        """Take the rebuild lock and rebuild, or wait until the replica holding it has
+        (its epoch appears), or the lock expires and is taken here."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REBUILD_LOCK_SECONDS + REBUILD_WAIT
+        lock_ms = int(REBUILD_LOCK_SECONDS * 1000)
+        while True:
+            if int(await self._run(_EXISTS, [self._epoch_key], [])):
+                return
+            if int(await self._run(_TAKE_LOCK, [self._lock_key], [self.owner, lock_ms])):
+                break
+            if loop.time() > deadline:
+                raise LedgerUnavailableError("another replica holds the rebuild too long")
+            await asyncio.sleep(_REBUILD_POLL)
+        try:
+            await self._restore(at)
+        except BaseException:
+            await self._run(_DROP_LOCK, [self._lock_key], [self.owner])
+            raise
+
+    async def _restore(self, at: float) -> None:
+        """Charge what the durable account says was spent, then set a new epoch."""
+        if self._spent is None:
+            spent = Spent(at)
+            log.warning("token ledger: Redis lost its state and nothing can restore it")
+        else:
+            try:
+                spent = await self._spent()
+            except Exception as err:  # whatever the store raised: refuse calls, retry later
+                raise LedgerUnavailableError(f"cannot read what was spent: {err}") from err
+        # The live reservations of the configuration (none, if Redis restarted empty)
+        await self._adopt(self._state.config, at)
+        budgets = sorted(
+            fr for fr in _budget_and_rate_frs(self._state) if fr.resource in BUDGET_RESOURCES
+        )
+        if budgets:  # the usage records are the truth of this period's budgets
+            await self._run(
+                _CLEAR,
+                [
+                    self._keys(fr.flavor, fr.resource, period_end(fr.resource, at))[0]
+                    for fr in budgets
+                ],
+                [],
+            )
+        restored = 0
+        for (queue, flavor), amounts, ends in _restorations(self, spent, at):
+            path = self._path(queue, flavor, tuple(amounts))
+            self._refresh(path, at)
+            args: list[EncodableT] = [path.static, repr(at)]
+            for resource, amount in amounts.items():
+                args += (amount * MILLI, repr(ends[resource]))
+            await self._run(_RESERVE, (self._seq, *path.keys), [*args, "restore"])
+            restored += sum(amounts.values())
+        epoch = secrets.token_hex(6)
+        keys = [self._lock_key, self._epoch_key]
+        if not int(await self._run(_FINISH_REBUILD, keys, [self.owner, epoch])):
+            raise LedgerUnavailableError("Redis lost its state again during the rebuild")
+        self.rebuilds += 1
+        # WARNING: outside a first start, Redis lost what it held (a restart without
+        # persistence, a flush, an eviction), which the operator should hear of.
+        log.warning(
+            "token ledger rebuilt in Redis, which held none (a new Redis, or one that lost "
+            "its data); charged again %d tokens and requests that the usage records say "
+            "were spent (epoch %s)",
+            restored,
+            epoch,
+        )
+
+    def _settled(self, grant: Grant, reply: Any) -> None:
+        """Count (and say once) a settle that found no reservation of its own to settle."""
+        if str(reply) == "1":
+            return
+        self.foreign_settles += 1
+        if self.foreign_settles == 1:
+            why = "another's" if str(reply) == "-1" else "unknown (or settled already)"
+            log.warning(
+                "token ledger: a settle of reservation %s (queue %s) changed nothing: it is "
+                "%s; later ones are only counted",
+                grant.id,
+                grant.queue,
+                why,
+            )
 
     # -- internals -------------------------------------------------------------------------
 
@@ -315,13 +551,15 @@ class RedisLedger:
         record = f"{self._tag}:res:{grant.id}"
         path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
         if path is None:  # the queue left the configuration: only settle
-            return (record,), [_SETTLE_ONLY, grant.id, repr(at)]
+            only = {"q": grant.queue, "f": grant.flavor, "k": self._prefix, "n": [], "r": []}
+            return (record,), [json.dumps(only).encode(), grant.id, repr(at), grant.owner]
         if not path.since <= at < path.until:
             self._refresh(path, at)
         args: list[EncodableT] = [path.static, grant.id, repr(at)]
         for resource, end in zip(path.resources, path.ends, strict=True):
             amount = used.get(resource)
             args += ("" if amount is None else amount * MILLI, end)
+        args.append(grant.owner)
         return (record, *path.keys), args
 
     def _give_back(
@@ -330,8 +568,9 @@ class RedisLedger:
         """A reservation (made at ``at``) whose caller stopped waiting: release it."""
         if not (isinstance(reply, list) and reply and str(reply[0]) == "1"):
             return  # refused: nothing was taken
-        grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {})
+        grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {}, self.owner)
         keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), at)
+        args.append("drop")  # nobody will record a call nobody waited for
         self._batcher.call(_RECONCILE, keys, args).add_done_callback(_log_failure)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
@@ -380,7 +619,7 @@ class RedisLedger:
         path = self._paths.get(key)
         if path is None:
             node = self._queue(queue)
-            static = _static_path(node, flavor, resources, f"{self._tag}:res:")
+            static = _static_path(node, flavor, resources, self._tag, self.owner)
             path = self._paths[key] = _Path(flavor, resources, static)
         return path
 
@@ -401,13 +640,95 @@ class RedisLedger:
         )
 
 
+def _ignore(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: a lost checkpoint is not worth a log line
+
+
+def _reclaimed(owner: str, rid: str, fields: list[Any]) -> Reclaimed:
+    """A reservation's record (HGETALL's flat list) as a :class:`Reclaimed`."""
+    record = {str(fields[i]): str(fields[i + 1]) for i in range(0, len(fields), 2)}
+    amounts = {
+        name[2:]: to_units(int(value)) for name, value in record.items() if name.startswith("a:")
+    }
+    used = [
+        to_units(int(value))
+        for name, value in record.items()
+        if name.startswith("u:") and name[2:] != "requests-per-minute"
+    ]
+    settled = max(used, default=0) if "d" in record else None
+    checkpoint = int(record["t"]) if "t" in record else None
+    return Reclaimed(
+        rid, owner, record["q"], record["f"], amounts, record.get("n", ""), checkpoint, settled
+    )
+
+
+def _lost(reply: Any) -> bool:
+    return isinstance(reply, list) and len(reply) == 1 and reply[0] == _LOST
+
+
+def _log_rebuild_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (err := task.exception()) is not None:
+        log.warning("token ledger: cannot rebuild the ledger yet: %s", err)
+
+
+def _restorations(
+    ledger: RedisLedger, spent: Spent, at: float
+) -> list[tuple[tuple[str, str], dict[str, int], dict[str, float]]]:
+    """Per (queue, flavor): the amounts to charge again and when each stops counting.
+    A budget counts if it is of the period ``at`` is in; the last minute's spend is
+    charged as one reservation until a minute after the latest call (more cautious
+    than the calls' own expiries). Queues, flavors and resources the configuration
+    has no quota for are left out."""
+    amounts: dict[tuple[str, str], dict[str, int]] = {}
+    ends: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(queue: str, flavor: str, resource: str, amount: int, end: float) -> None:
+        if amount > 0 and end > at and ledger.covers(queue, flavor, resource):
+            amounts.setdefault((queue, flavor), {})[resource] = amount
+            ends.setdefault((queue, flavor), {})[resource] = end
+
+    for (queue, flavor, resource), tokens in spent.budgets.items():
+        if resource in BUDGET_RESOURCES:
+            end = period_end(resource, at)
+            if period_end(resource, spent.measured_at) == end:
+                add(queue, flavor, resource, tokens, end)
+    for (queue, flavor), recent in spent.recent.items():
+        end = recent.last_at + RATE_WINDOW_SECONDS
+        add(queue, flavor, "tokens-per-minute", recent.tokens, end)
+        add(queue, flavor, "requests-per-minute", recent.requests, end)
+    return [(key, amounts[key], ends[key]) for key in sorted(amounts)]
+
+
+def _store_warnings(found: Mapping[str, str]) -> list[str]:
+    warnings = []
+    if found.get("appendonly", "no") != "yes" and not found.get("save", "").strip():
+        warnings.append(
+            "Redis keeps nothing on disk (appendonly no, no save points): after a restart "
+            "the token budgets are rebuilt from the usage records only (calls not yet "
+            "recorded are forgotten); set appendonly yes"
+        )
+    elif found.get("appendonly", "no") != "yes":
+        warnings.append(
+            "Redis persists by snapshots only (appendonly no): a restart loses what was "
+            "charged since the last snapshot; set appendonly yes"
+        )
+    policy = found.get("maxmemory-policy")
+    if policy is not None and policy != "noeviction":
+        warnings.append(
+            f"Redis evicts keys when full (maxmemory-policy {policy}): ledger keys may "
+            "vanish; set maxmemory-policy noeviction"
+        )
+    return warnings
+
+
 def _log_failure(future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and (err := future.exception()) is not None:
         log.error("cannot give back an abandoned reservation: %s", err)
 
 
 def _static_path(
-    queue: ResourceNode, flavor: str, resources: tuple[str, ...], record_prefix: str
+    queue: ResourceNode, flavor: str, resources: tuple[str, ...], tag: str, owner: str
 ) -> bytes:
     """The JSON of a call's static part (lua/common.lua): one string for every call."""
     path = path_to_root(queue)
@@ -423,7 +744,9 @@ def _static_path(
             rows.append(row)
         wants.append({"name": resource, "rate": resource in RATE_RESOURCES, "path": rows})
     static = {
-        "p": record_prefix,
+        "p": f"{tag}:res:",
+        "k": f"{tag}:",
+        "o": owner,
         "q": queue.name,
         "f": flavor,
         "w": RETRY_WALK_LIMIT,

@@ -18,9 +18,12 @@ from datetime import UTC, datetime
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tenants.services.usage import queue_spend
+from gateway.ledgers import RecentSpend, Spent
+from quota.ledger import RATE_WINDOW_SECONDS
+from tenants import Database
+from tenants.services.usage import queue_spend, recent_spend
 
-__all__ = ["SpentBudgets", "spent_budgets"]
+__all__ = ["SpentBudgets", "spent", "spent_budgets"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +41,19 @@ async def spent_budgets(session: AsyncSession, now: float | None = None) -> Spen
         spent[(row.queue, row.flavor, "tokens-per-day")] = row.day
         spent[(row.queue, row.flavor, "tokens-per-month")] = row.month
     return SpentBudgets(at, spent)
+
+
+async def spent(database: Database, now: float | None = None) -> Spent:
+    """What the usage records say was spent: this day's and month's budgets, and the
+    last rate window (for a shared ledger whose Redis lost its state). Calls not yet
+    recorded (the recorder's last half second, or a crashed gateway's) are missing."""
+    at = time.time() if now is None else now
+    async with database.session() as session:
+        budgets = await spent_budgets(session, at)
+        since = datetime.fromtimestamp(at - RATE_WINDOW_SECONDS, UTC)
+        rows = await recent_spend(session, since)
+    recent = {
+        (row.queue, row.flavor): RecentSpend(row.tokens, row.requests, row.last_at.timestamp())
+        for row in rows
+    }
+    return Spent(at, budgets.spent, recent)

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 InsertUsage = Callable[[AsyncSession, Sequence[UsageRecord]], Awaitable[None]]
 """Writes one batch in the given session (its transaction commits after)."""
 
+Written = Callable[[list[str]], Awaitable[None]]
+"""Told the reservation ids of each batch once it is written (must not raise)."""
+
 DROP_LOG_INTERVAL = 10.0  # seconds between warnings about dropped records
 
 
@@ -56,6 +59,7 @@ class UsageRecorder:
         stop_timeout: float = 30.0,
         insert: InsertUsage = insert_usage,
         outage: Outage | None = None,
+        written: Written | None = None,
     ) -> None:
         if batch_size < 1 or max_pending < batch_size:
             raise ValueError("usage recorder: need 1 <= batch_size <= max_pending")
@@ -70,6 +74,7 @@ class UsageRecorder:
         self._stop_timeout = stop_timeout
         self._insert = insert
         self._outage = outage or Outage("database")
+        self.written_hook = written
         # Written from the left by the flusher only: record() appends on the right,
         # so the head batch stays put while it is being written.
         self._pending: deque[UsageRecord] = deque()
@@ -151,6 +156,10 @@ class UsageRecorder:
                     self._pending.popleft()
                 self._written += size
                 left -= size
+                if self.written_hook is not None:
+                    ids = [r.reservation for r in batch if r.reservation is not None]
+                    if ids:  # the ledger may drop what it kept for these calls
+                        await self.written_hook(ids)
 
     def _backoff(self, failures: int) -> float:
         return float(min(self._retry_max, self._retry_initial * 2 ** min(failures - 1, 30)))

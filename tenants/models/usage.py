@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import BigInteger, Index, Integer
+from sqlalchemy import BigInteger, Index, Integer, false
 from sqlmodel import Field, SQLModel
 
 from tenants.models._base import timestamp_field
@@ -26,6 +26,10 @@ class UsageRecordRow(SQLModel, table=True):
         Index("ix_usage_records_tenant_created_at", "tenant", "created_at"),
         # The summary reads one tenant's days, optionally for one model.
         Index("ix_usage_records_tenant_day_model", "tenant", "day", "model"),
+        # A rebuilt ledger reads the last minute of every queue.
+        Index("ix_usage_records_created_at", "created_at"),
+        # A call is recorded once, however many gateways record it after a crash.
+        Index("ux_usage_records_reservation", "reservation", unique=True),
     )
 
     id: int | None = Field(default=None, primary_key=True, sa_type=_ID)
@@ -44,3 +48,8 @@ class UsageRecordRow(SQLModel, table=True):
     created_at: datetime = timestamp_field()
     # The UTC day of created_at, stored so that every database groups by it alike.
     day: date
+    # The ledger reservation it accounts for (None: recorded before revision 0010, or
+    # by a gateway without a shared ledger); and whether its tokens are the last ones
+    # known of a call whose gateway died (recorded by another gateway), not reported.
+    reservation: str | None = Field(default=None, max_length=64)
+    estimated: bool = Field(default=False, sa_column_kwargs={"server_default": false()})

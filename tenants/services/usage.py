@@ -14,6 +14,8 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import case, func
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 from sqlmodel.sql.expression import Select
@@ -21,7 +23,16 @@ from sqlmodel.sql.expression import Select
 from tenants.models import UsageRecordRow
 from tenants.models._base import utcnow
 
-__all__ = ["QueueSpend", "UsageDay", "UsageRecord", "insert_usage", "queue_spend", "usage_summary"]
+__all__ = [
+    "QueueSpend",
+    "RecentQueueSpend",
+    "UsageDay",
+    "UsageRecord",
+    "insert_usage",
+    "queue_spend",
+    "recent_spend",
+    "usage_summary",
+]
 
 _MAX_INT = 2**31 - 1  # the INTEGER columns
 
@@ -43,6 +54,8 @@ class UsageRecord:
     api_key_id: str | None = None  # None for OIDC callers
     endpoint: str | None = None  # the upstream base URL, if the call reached one
     created_at: datetime = field(default_factory=utcnow)
+    reservation: str | None = None  # the ledger's reservation id: one record per call
+    estimated: bool = False  # tokens last known of a call whose gateway died
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,8 @@ def _row(record: UsageRecord) -> dict[str, Any]:
         "streamed": bool(record.streamed),
         "created_at": created,
         "day": created.date(),
+        "reservation": _text(record.reservation, "reservation"),
+        "estimated": bool(record.estimated),
     }
 
 
@@ -115,10 +130,18 @@ async def insert_usage(session: AsyncSession, records: Sequence[UsageRecord]) ->
     if not records:
         return
     connection = await session.connection()
-    await connection.execute(_INSERT, [_row(r) for r in records])
+    insert = _INSERTS.get(connection.dialect.name, _INSERT)
+    await connection.execute(insert, [_row(r) for r in records])
 
 
-_INSERT = UsageRecordRow.__table__.insert()  # type: ignore[attr-defined]
+_TABLE = UsageRecordRow.__table__  # type: ignore[attr-defined]
+_INSERT = _TABLE.insert()
+# A record whose reservation is recorded already is skipped: after a crash, a gateway
+# that reclaims a call and the call's own (late) write may both record it.
+_INSERTS = {
+    "postgresql": postgresql_insert(_TABLE).on_conflict_do_nothing(index_elements=["reservation"]),
+    "sqlite": sqlite_insert(_TABLE).on_conflict_do_nothing(index_elements=["reservation"]),
+}
 
 
 async def usage_summary(
@@ -152,6 +175,44 @@ async def usage_summary(
         UsageDay(d, m, int(requests), int(errors), int(p), int(c), int(total))
         for d, m, requests, errors, p, c, total in rows
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class RecentQueueSpend:
+    """What one queue spent of one flavor since some moment: tokens, calls that used
+    any, and when the latest call was recorded."""
+
+    queue: str
+    flavor: str
+    tokens: int
+    requests: int
+    last_at: datetime
+
+
+async def recent_spend(session: AsyncSession, since: datetime) -> list[RecentQueueSpend]:
+    """Per queue and flavor, the calls recorded since ``since`` (to restore the
+    per-minute rate windows of a ledger that lost them). Calls that used nothing (given
+    back: the upstream failed) are left out, as the ledger refunded them."""
+    created, queue, flavor = (
+        col(UsageRecordRow.created_at),
+        col(UsageRecordRow.queue),
+        col(UsageRecordRow.flavor),
+    )
+    tokens = col(UsageRecordRow.prompt_tokens) + col(UsageRecordRow.completion_tokens)
+    columns: Select[str, str, int, int, datetime] = Select(
+        queue, flavor, func.sum(tokens), func.count(), func.max(created)
+    )
+    query = columns.where(created >= since, tokens > 0).group_by(queue, flavor)
+    rows = (await session.exec(query)).all()
+    return [
+        RecentQueueSpend(q, f, int(total or 0), int(calls), _aware(last))
+        for q, f, total, calls, last in rows
+    ]
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives timestamps back naive; they were written in UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 async def queue_spend(session: AsyncSession, day: date) -> list[QueueSpend]:

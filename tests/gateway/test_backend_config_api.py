@@ -51,6 +51,8 @@ def client(settings: Settings) -> Iterator[TestClient[Any]]:
         ({"token_env": "IGNARA_ADMIN_KEY"}, "backends[0].token_env"),
         ({"api_version": "v0.0.40"}, "backends[0].api_version"),
         ({"url": "not a url"}, "backends[0].url"),
+        ({"kind": "ray", "token_env": "DATABASE_URL"}, "backends[0].token_env"),
+        ({"kind": "ray", "token_env": None, "url": "gopher://x"}, "backends[0].url"),
     ],
 )
 def test_a_bad_backend_is_a_422_naming_the_field(

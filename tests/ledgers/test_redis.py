@@ -31,6 +31,8 @@ async def _own_ledger(redis_url: str, name: str) -> AsyncIterator[tuple[RedisLed
     client: Redis = Redis.from_url(redis_url, decode_responses=True)
     ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
     try:
+        # as a ledger that rebuilt a fresh Redis leaves it (without a connection of its own)
+        await client.set("{" + prefix + "}:epoch", "test")
         yield ledger, client, "{" + prefix + "}"
     finally:
         await ledger.aclose()
@@ -52,11 +54,11 @@ async def test_each_call_is_one_round_trip(redis_url: str, monkeypatch: pytest.M
         assert sent.names() == [["EVALSHA"]] * 4
         # EVALSHA, sha, key count; the counter's (or the record's) key and two keys per
         # resource; one argument for all that is static, now (and the grant's id), and
-        # two arguments per resource
+        # two arguments per resource (and a settle's owner)
         assert [len(trip.commands[0]) for trip in sent.trips] == [
             3 + 1 + 2 * 3 + 2 + 2 * 3,
             3 + 1 + 2 + 2 + 2,
-            *[3 + 1 + 2 * 3 + 3 + 2 * 3] * 2,
+            *[3 + 1 + 2 * 3 + 3 + 2 * 3 + 1] * 2,
         ]
 
 
@@ -86,13 +88,13 @@ async def test_scripts_are_loaded_first_and_again_when_redis_lost_them(
         await client.script_flush()  # as a fresh server has it
         sent = RoundTrips(monkeypatch)
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
-        # all four scripts ride with the first call, so calls queued in order run in order
-        assert sent.names() == [["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
+        # all five scripts ride with the first call, so calls queued in order run in order
+        assert sent.names() == [["SCRIPT LOAD"] * 5 + ["EVALSHA"]]
         await client.script_flush()  # as a restarted server would have it
         sent.trips.clear()
         assert isinstance(await ledger.reserve("a", POOL, {TPM: 10}, now=T0), Grant)
-        # the lost call is sent again behind all four scripts
-        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"] * 4 + ["EVALSHA"]]
+        # the lost call is sent again behind all five scripts
+        assert sent.names() == [["EVALSHA"], ["SCRIPT LOAD"] * 5 + ["EVALSHA"]]
         assert await ledger.usage("a", POOL, TPM, now=T0) == 20  # the lost EVALSHA did not run
 
 
@@ -119,20 +121,22 @@ async def test_keys_share_one_hash_tag_and_go_when_done(redis_url: str) -> None:
         midnight = int(period_end(TPD, T0))
         keys = {key async for key in client.scan_iter(match=f"{tag}*")}
         assert keys == {
+            f"{tag}:epoch",
             f"{tag}:seq",
             f"{tag}:res:{grant.id}",
             f"{tag}:fr:{POOL}|{TPM}",
             f"{tag}:exp:{POOL}|{TPM}",
             f"{tag}:fr:{POOL}|{TPD}@{midnight}",
         }
-        for key in keys - {f"{tag}:seq"}:  # the id counter must outlive everything
+        # the id counter and the epoch must outlive everything
+        for key in keys - {f"{tag}:seq", f"{tag}:epoch"}:
             assert await client.ttl(key) > 0, key
         await ledger.reconcile(grant, {TPM: 10}, now=T0 + 1)
         assert not await client.exists(f"{tag}:res:{grant.id}")  # settled: no record kept
         assert await ledger.usage("a", POOL, TPM, now=T0 + 60) == 0
         # the rate's keys emptied and so vanished; this period's budget remains
         left = {key async for key in client.scan_iter(match=f"{tag}*")}
-        assert left == {f"{tag}:seq", f"{tag}:fr:{POOL}|{TPD}@{midnight}"}
+        assert left == {f"{tag}:epoch", f"{tag}:seq", f"{tag}:fr:{POOL}|{TPD}@{midnight}"}
 
 
 async def test_budget_keys_follow_period_end_to_the_microsecond(redis_url: str) -> None:
@@ -239,7 +243,11 @@ async def test_a_pool_that_stays_busy_raises_ledger_unavailable(redis_url: str) 
         redis_url, max_connections=1, timeout=0.1, decode_responses=True
     )
     client = Redis.from_pool(pool)
-    ledger = RedisLedger(client, team(), prefix=unique_prefix("busy"), owns_client=True)
+    prefix = unique_prefix("busy")
+    ledger = RedisLedger(client, team(), prefix=prefix, owns_client=True)
+    other: Redis = Redis.from_url(redis_url)
+    await other.set("{" + prefix + "}:epoch", "test")  # rebuilt, by another replica
+    await other.aclose()
     try:
 
         async def hold_the_connection() -> None:  # for a list nobody pushes to

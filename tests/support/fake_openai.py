@@ -8,11 +8,17 @@ Failure knobs (attributes, change them any time):
     ``delay``              seconds to wait before sending headers (slow upstream)
     ``fail_status``        answer every inference call with this status (e.g. 500, 503)
     ``malformed``          send a 200 with a body that is not JSON
+    ``holds``              {name: asyncio.Event}: a stream whose request names it in
+                           ``user`` waits for the event before its last chunk
     ``break_after``        cut the connection after this many streamed chunks
     ``chunk_delay``        seconds between streamed chunks
+    ``prompt_scale``       report this many prompt tokens a word (a tokenizer that
+                           counts more than the gateway's estimate)
+    ``ignore_max_tokens``  write ``completion_tokens`` whatever the call's bound
 ``await stop()`` makes it "down" (nothing listens on its port); ``await start()`` brings it
 back on the same port. ``requests`` counts calls per path; ``disconnects`` counts streams the
-client abandoned; ``streams_finished`` counts streams sent to the end.
+client abandoned; ``streams_finished`` counts streams sent to the end; ``bodies`` holds the
+JSON body of every inference call, as received.
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ class FakeOpenAI:
         self.delay = 0.0
         self.fail_status: int | None = None
         self.malformed = False
+        self.holds: dict[str, asyncio.Event] = {}
         self.break_after: int | None = None
         self.chunk_delay = 0.0
+        self.prompt_scale = 1
+        self.ignore_max_tokens = False
+        self.bodies: list[dict[str, Any]] = []
         self.requests: Counter[str] = Counter()
         self.auth_headers: list[str | None] = []
         self.disconnects = 0
@@ -92,6 +102,7 @@ class FakeOpenAI:
         self.requests[request.path] += 1
         self.auth_headers.append(request.headers.get("Authorization"))
         body = await request.json()
+        self.bodies.append(body)
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail_status is not None:
@@ -104,6 +115,9 @@ class FakeOpenAI:
     def _usage(self, prompt_words: int, body: dict[str, Any]) -> dict[str, int]:
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         completion = min(int(limit or self.completion_tokens), self.completion_tokens)
+        if self.ignore_max_tokens:
+            completion = self.completion_tokens
+        prompt_words *= self.prompt_scale
         return {
             "prompt_tokens": prompt_words,
             "completion_tokens": completion,
@@ -119,7 +133,8 @@ class FakeOpenAI:
         model = body.get("model", self.models[0])
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await self._stream(request, model, usage, include, chat=True)
+            hold = self.holds.get(str(body.get("user")))
+            return await self._stream(request, model, usage, include, chat=True, hold=hold)
         text = " ".join(f"tok{i}" for i in range(usage["completion_tokens"]))
         return web.json_response(
             {
@@ -189,6 +204,7 @@ class FakeOpenAI:
         include_usage: bool,
         *,
         chat: bool,
+        hold: asyncio.Event | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -202,6 +218,8 @@ class FakeOpenAI:
                     assert request.transport is not None
                     request.transport.abort()
                     return response
+                if hold is not None and sent == len(events) - 1:
+                    await hold.wait()
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)

@@ -11,7 +11,7 @@ import pytest
 
 from quota.errors import ConfigError
 from tenants import Database, parse_config
-from tenants.config_file import LocalBackendDoc, SlurmBackendDoc
+from tenants.config_file import LocalBackendDoc, RayBackendDoc, SlurmBackendDoc
 from tenants.services import apply_config, export_config
 from tenants.services.config import load_backend_config
 
@@ -25,6 +25,7 @@ HPC = {
     "account": "",
     "api_version": "v0.0.38",
 }
+RAY = {"name": "ray-east", "kind": "ray", "url": "http://127.0.0.1:8265"}
 QUEUE = {
     "name": "q",
     "resource_groups": [
@@ -63,6 +64,42 @@ def test_a_declared_slurm_backend_and_a_flavor_naming_it_parse() -> None:
     ]
     assert parsed.flavor_names == ["h100", "a100"]
     assert parsed.flavor_backends == {"h100": "hpc"}
+
+
+def with_ray(**fields: Any) -> dict[str, Any]:
+    return config(backends=[{**RAY, **fields}], flavors=["h100"])
+
+
+def test_a_declared_ray_backend_parses_with_an_optional_token_variable() -> None:
+    parsed = parse_config(
+        config(
+            backends=[RAY, {**RAY, "name": "ray-west", "token_env": "IGNARA_RAY_TOKEN"}],
+            flavors=[{"name": "h100", "backend": "ray-east"}],
+        )
+    )
+    assert parsed.backends == [
+        RayBackendDoc(name="ray-east", url="http://127.0.0.1:8265"),
+        RayBackendDoc(name="ray-west", url="http://127.0.0.1:8265", token_env="IGNARA_RAY_TOKEN"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (with_ray(url="ftp://x"), "backends[0].url"),
+        (with_ray(url="http://u:p@host:8265"), "backends[0].url"),
+        (with_ray(token_env="1BAD"), "backends[0].token_env"),
+        (with_ray(timeout_seconds=0), "backends[0].timeout_seconds"),
+        (with_ray(token="secret-in-the-file"), "backends[0]"),
+        (with_ray(partition="debug"), "backends[0]"),
+        (with_ray(name="Ray"), "backends[0].name"),
+        (config(backends=[RAY, HPC | {"name": "ray-east"}]), "backends[1].name"),
+    ],
+)
+def test_a_bad_ray_backend_is_refused_naming_the_field(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert str(caught.value).startswith(f"{field}"), str(caught.value)
 
 
 @pytest.mark.parametrize(

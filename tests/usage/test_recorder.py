@@ -4,6 +4,7 @@ retries that keep the batch, a bounded buffer, and nothing lost on stop."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -238,3 +239,30 @@ def test_settings_are_checked() -> None:
         UsageRecorder(database, batch_size=10, max_pending=5)
     with pytest.raises(ValueError):
         UsageRecorder(database, flush_interval=0)
+
+
+async def test_a_reservation_is_recorded_once_and_the_ledger_told_when_written(
+    database: Database,
+) -> None:
+    """After a crash, the call's own gateway and the one that reclaimed it may both
+    record it: the reservation id is unique, so only the first record stays. Once a
+    batch is written, the ledger is told which reservations it may drop."""
+    told: list[list[str]] = []
+
+    async def written(ids: list[str]) -> None:
+        told.append(ids)
+
+    recorder = UsageRecorder(database, written=written)
+    first = dataclasses.replace(usage(5), reservation="e1.1")
+    again = dataclasses.replace(usage(9), reservation="e1.1", estimated=True)
+    recorder.record(first)
+    recorder.record(usage(1))  # no reservation: an in-process ledger's call
+    recorder.record(dataclasses.replace(usage(2), reservation="e1.2", estimated=True))
+    await recorder.flush()
+    recorder.record(again)
+    await recorder.flush()
+    assert told == [["e1.1", "e1.2"], ["e1.1"]]
+    async with database.session() as session:
+        rows = (await session.exec(select(UsageRecordRow))).all()
+    found = sorted((r.reservation or "", r.prompt_tokens, r.estimated) for r in rows)
+    assert found == [("", 1, False), ("e1.1", 5, False), ("e1.2", 2, True)]

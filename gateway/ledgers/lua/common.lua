@@ -16,8 +16,18 @@
 --                                     (hash of u:<node>); a new period is a new, empty
 --                                     key, so budgets reset without touching anything
 --   {p}:res:<id>                      a reservation until it is settled (hash): q queue,
---                                     f flavor, a:<resource> estimate, e:<resource> expiry
---   {p}:seq                           the reservation id counter
+--                                     f flavor, o owner (the ledger that made it),
+--                                     a:<resource> estimate, e:<resource> expiry; a call
+--                                     to be recorded also n (its note), t (tokens so
+--                                     far), and once settled d and u:<resource> (what it
+--                                     used): it stays until its usage record is written
+--   {p}:open:<owner>                  the ids of the owner's calls to be recorded (set)
+--   {p}:lease:<owner>                 the owner's lease (TTL); {p}:owners lists owners
+--   {p}:seq                           the reservation id counter; an id is <epoch>.<n>
+--   {p}:epoch                         set by whoever rebuilt the ledger last (random):
+--                                     missing means Redis lost its state, and nothing
+--                                     is granted until a replica has rebuilt it
+--   {p}:rebuild                       the lock of the replica rebuilding (owner, TTL)
 --
 -- A rate's two keys are always written together and given the same TTL, so they can
 -- only vanish together (after a long idle spell), never leave usage without the
@@ -30,6 +40,8 @@
 -- object that Python builds once per path and caches (redis_ledger._static_path):
 --
 --   {"p": "{p}:res:",                record key prefix
+--    "k": "{p}:",                    every key's prefix (for {p}:epoch)
+--    "o": owner,                     the ledger making the reservation
 --    "q": queue, "f": flavor,
 --    "w": RETRY_WALK_LIMIT,          how many reservations a retry_after may walk
 --    "m": KEY_MARGIN_SECONDS,        how long every key outlives what it holds

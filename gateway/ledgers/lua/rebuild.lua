@@ -35,6 +35,11 @@ local function path_of(n, guaranteed)
   return nodes, path
 end
 
+-- Ids are "<epoch>.<n>" (plain numbers before epochs): order by n.
+local function sequence(id)
+  return tonumber(string.match(id, '(%d+)$')) or 0
+end
+
 local function clear_usage(state)
   for _, field in ipairs(redis.call('HKEYS', state)) do
     if string.sub(field, 1, 2) == 'u:' then redis.call('HDEL', state, field) end
@@ -55,7 +60,7 @@ end
 local function rebuild_rate(state, exp, guaranteed)
   expire(state, exp, now_s)
   local ids = redis.call('ZRANGE', exp, 0, -1)
-  table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
+  table.sort(ids, function(a, b) return sequence(a) < sequence(b) end)
   clear_usage(state)
   local totals = {}
   for _, id in ipairs(ids) do

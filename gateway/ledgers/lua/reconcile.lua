@@ -14,12 +14,22 @@
 -- ARGV[2] reservation id   ARGV[3] now
 -- then per resource, in the order of the static part's "r": actual ('' keeps the
 --         estimate), period end of the budget key ('' for a rate)
+-- then the owner the grant names (the ledger that made it), and optionally 'drop': a
+--         reservation with a note (a call that will be recorded) is otherwise kept,
+--         marked settled (d, and u:<resource> what was used), until its usage record is
+--         written (leases.lua forget); one without, or with 'drop', is deleted
 --
--- Returns 1 if the reservation was open, else 0.
+-- Returns 1 if the reservation was open, 0 if there is none of that id (settled
+-- already, or made before Redis lost its state), -1 if it is another's: a different
+-- queue, flavor or owner (ledger) than the static part names. Only 1 changes anything.
 
 local record = KEYS[1]
-if redis.call('EXISTS', record) == 0 then return 0 end
 local static = cjson.decode(ARGV[1])
+local owner = ARGV[4 + 2 * #static.r]
+local keep = ARGV[5 + 2 * #static.r] ~= 'drop'
+local mine = redis.call('HMGET', record, 'q', 'f', 'o', 'd', 'n')
+if not mine[1] or mine[4] then return 0 end  -- none, or settled already
+if mine[1] ~= static.q or mine[2] ~= static.f or mine[3] ~= owner then return -1 end
 local id, now_s = ARGV[2], ARGV[3]
 local now = tonumber(now_s)
 local nodes = static.n
@@ -59,5 +69,18 @@ for i, want in ipairs(static.r) do
     correct(state, want.path, want.name, actual, want.rate)
   end
 end
-redis.call('DEL', record)
+if keep and mine[5] then
+  local settled = {'d', '1'}
+  for i, want in ipairs(static.r) do
+    local actual = ARGV[2 + 2 * i]
+    if actual ~= '' then
+      settled[#settled + 1] = 'u:' .. want.name
+      settled[#settled + 1] = actual
+    end
+  end
+  redis.call('HSET', record, unpack(settled))
+else
+  redis.call('DEL', record)
+  redis.call('SREM', static.k .. 'open:' .. owner, id)
+end
 return 1

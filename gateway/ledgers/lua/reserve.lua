@@ -11,7 +11,14 @@
 -- ARGV[1]        the call's static part (JSON, see common.lua)
 -- ARGV[2]        now
 -- then per resource, in the order of the static part's "r": amount, expiry
+-- then a mode: '' (a call), or 'restore' to charge what was spent before Redis lost its
+--                state (even past the quota, whether or not {p}:epoch exists; no record)
+-- then the call's note ('' for none): kept in the record (n) for whoever records the
+--                call should its gateway die; a call with a note is listed in
+--                {p}:open:<owner> until its usage record is written
 --
+-- Returns {-1} when {p}:epoch is missing: Redis lost its state (a restart without
+-- persistence, an eviction) and the ledger must be rebuilt before anything is granted.
 -- Returns {1, id, remaining_1, remaining_2, ...} for a grant, or
 -- {0, i, level, name, available, retry_after, remaining_1, wait_1, ...} when resource i
 -- is the one that fits last (the first of those that fit equally late), wait_j being
@@ -25,6 +32,9 @@ local queue, flavor, nodes = static.q, static.f, static.n
 local depth = #nodes
 local walk_limit, margin = static.w, static.m
 local wants = static.r  -- each {name, rate, path}, completed here
+local restoring = ARGV[3 + 2 * #wants] == 'restore'
+local epoch = redis.call('GET', static.k .. 'epoch')
+if not epoch and not restoring then return {-1} end
 for i, want in ipairs(wants) do
   want.amount = tonumber(ARGV[1 + 2 * i])
   want.expiry_s = ARGV[2 + 2 * i]
@@ -100,7 +110,7 @@ local function refuse()
 end
 
 -- Charge one resource to the tree and remember, for a rate, what each node got.
-local function charge(want, id, record)
+local function charge(want, id, record, restoring)
   local delta = zeros(depth)
   add_usage(want.path, want.u, want.amount, delta)
   write_usage(want.state, nodes, want.u, delta)
@@ -112,7 +122,9 @@ local function charge(want, id, record)
     keep_for(want.exp, lifetime)
   end
   keep_for(want.state, lifetime)
-  redis.call('HSET', record, 'a:' .. want.name, int_str(want.amount), 'e:' .. want.name, want.expiry_s)
+  if not restoring then
+    redis.call('HSET', record, 'a:' .. want.name, int_str(want.amount), 'e:' .. want.name, want.expiry_s)
+  end
 end
 
 for _, want in ipairs(wants) do
@@ -120,19 +132,33 @@ for _, want in ipairs(wants) do
   want.u = usage_along(want.state, nodes)
   want.avail = available_along(want.path, want.u)
 end
-for _, want in ipairs(wants) do
-  if want.amount > math.max(0, want.avail[1]) then return refuse() end
+if not restoring then
+  for _, want in ipairs(wants) do
+    if want.amount > math.max(0, want.avail[1]) then return refuse() end
+  end
 end
 
-local id = tostring(redis.call('INCR', KEYS[1]))
+-- Unique across Redis restarts: the counter starts again at 1 in an empty Redis, the
+-- epoch (random, set by each rebuild) does not repeat.
+local id = (epoch or 'restored') .. '.' .. tostring(redis.call('INCR', KEYS[1]))
 local record = static.p .. id
 local latest = now
 for _, want in ipairs(wants) do
-  charge(want, id, record)
+  charge(want, id, record, restoring)
   latest = math.max(latest, want.expiry)
 end
-redis.call('HSET', record, 'q', queue, 'f', flavor)
-keep_for(record, latest - now + margin)
+if not restoring then
+  -- o: the ledger (gateway process) that made it; a settle must name all three
+  redis.call('HSET', record, 'q', queue, 'f', flavor, 'o', static.o)
+  keep_for(record, latest - now + margin)
+  local note = ARGV[4 + 2 * #wants]
+  if note and note ~= '' then
+    local open = static.k .. 'open:' .. static.o
+    redis.call('HSET', record, 'n', note)
+    redis.call('SADD', open, id)
+    keep_for(open, latest - now + margin)
+  end
+end
 local reply = {1, id}
 for _, want in ipairs(wants) do
   reply[#reply + 1] = int_str(math.max(0, available_along(want.path, want.u)[1]))
