@@ -9,7 +9,15 @@ Each pass:
      while it lasts, the backend's own job id, state and pending reason are noted;
   3. cancel requested -> stop the job; once stopped: cancelled;
   4. preempted (pending again, job still named) -> stop the job, forget it.
-Every row change is guarded by the row's version, like the admission loop's.
+Every row change is guarded by the row's version, like the admission loop's, and its
+event (dispatched, adopted, running, requeued, lost, finished, failed, cancelled) is
+written in the same transaction, only if the change was.
+
+Reconciling with the backend: a submit that finds the job already there (a gateway that
+died between submitting and noting it) is recorded as ``adopted``, not submitted again; a
+running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it after
+MinJobAge, or lost its state) is ``lost``: the workload goes back to pending and runs again
+as a new attempt, never failed silently.
 
 Which backend: the one the workload names, else the one its admitted flavors name
 (``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
@@ -30,12 +38,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, func, or_
 from sqlmodel import col, select
 
 from gateway.backends import (
     Backend,
     BackendError,
+    Identifying,
     InvalidJobError,
     JobLimits,
     JobRefusedError,
@@ -47,9 +56,9 @@ from gateway.backends import (
 )
 from quota.resources import MILLI, parse_quantity
 from tenants import Database
-from tenants.models import WorkloadRow
+from tenants.models import WorkloadEventRow, WorkloadRow
 from tenants.models._base import utcnow
-from tenants.services.workloads import update_if_unchanged
+from tenants.services.workloads import record_event, update_if_unchanged
 
 __all__ = ["DispatchResult", "Dispatcher", "job_limits", "job_pods"]
 
@@ -59,6 +68,12 @@ _LIMITED = ("memory", "cpu")
 GPU = "nvidia.com/gpu"
 LOCAL = "local"
 UNAVAILABLE = "BackendUnavailable"
+DISPATCHED = "Dispatched"
+LOST = "Lost"
+# How each end is told in the workload's events.
+_END_EVENTS = {"succeeded": "finished", "failed": "failed", "cancelled": "cancelled"}
+
+Event = tuple[str, dict[str, Any]]
 
 
 @dataclass
@@ -145,13 +160,16 @@ class Dispatcher:
                 job_pods(row.spec, row.admission),
                 tenant=row.tenant,
                 queue=row.queue,
+                options=row.spec.get("options", {}),
             )
         except (InvalidJobError, ValueError) as err:
             await self._end(row, "failed", "InvalidJob", str(err))
             result.finished.append(row.id)
             return
         try:
-            await backend.submit(spec)
+            # True: the backend already had a job of that name (a gateway that crashed
+            # between submitting and noting it): it is followed, not submitted again.
+            found = await backend.submit(spec)
         except (JobRefusedError, JobRejectedError) as err:
             await self._end(row, "failed", "BackendRefused", str(err))
             result.finished.append(row.id)
@@ -159,17 +177,26 @@ class Dispatcher:
         except BackendError as err:
             await self._waiting(row, err)
             return  # quota stays held; the next pass tries again
+        known = backend.backend_job_id(job_id) if isinstance(backend, Identifying) else None
         await self._guarded(
             row,
+            (
+                "adopted" if found is True else "dispatched",
+                {"backend": backend.name, "job": job_id, "backend_job_id": known},
+            ),
             state="running",
             job_id=job_id,
             backend=backend.name,
-            backend_job_id=None,
+            backend_job_id=known,
             backend_state=None,
             started_at=None,
             exit_code=None,
-            reason_code="Running",
-            reason_message=f"submitted to the {backend.name} backend",
+            reason_code=DISPATCHED,
+            reason_message=(
+                f"found already submitted to the {backend.name} backend"
+                if found is True
+                else f"submitted to the {backend.name} backend"
+            ),
         )
         result.started.append(row.id)
 
@@ -182,16 +209,25 @@ class Dispatcher:
             await self._waiting(row, err)  # it may well still run there: look again
             return
         noted = _noted(status)
+        if status.state is JobState.UNKNOWN:
+            await self._lost(row, backend, status, result)
+            return
         if status.state in (JobState.PENDING, JobState.RUNNING):
+            event: Event | None = None
             if status.state is JobState.PENDING:
                 reason = ("BackendPending", status.message or f"pending on {backend.name}")
             else:
                 reason = ("Running", f"running on the {backend.name} backend")
-            if (row.reason_code, row.reason_message) != reason or any(
-                getattr(row, k) != v for k, v in noted.items()
+                if await self._starts_running(row):
+                    detail = {"backend": backend.name, "backend_job_id": status.backend_job_id}
+                    event = ("running", detail)
+            if (
+                event is not None
+                or (row.reason_code, row.reason_message) != reason
+                or any(getattr(row, k) != v for k, v in noted.items())
             ):
                 await self._guarded(
-                    row, reason_code=reason[0], reason_message=reason[1][:2000], **noted
+                    row, event, reason_code=reason[0], reason_message=reason[1][:2000], **noted
                 )
             return
         outcome = {
@@ -201,6 +237,57 @@ class Dispatcher:
         message = status.message or f"exited with code {status.exit_code}"
         await self._end(row, outcome[0], outcome[1], message, **noted)
         result.finished.append(row.id)
+
+    async def _starts_running(self, row: WorkloadRow) -> bool:
+        """Whether a job seen running was not yet seen running in this attempt."""
+        if row.reason_code in (DISPATCHED, "BackendPending"):
+            return True
+        if row.reason_code != UNAVAILABLE:
+            return False  # "Running" (seen before) or "Cancelling"
+        # Back from an outage: the row no longer says whether it ran before; its events do.
+        async with self.database.session() as session:
+            seen = (
+                await session.exec(
+                    select(func.count())
+                    .select_from(WorkloadEventRow)
+                    .where(
+                        WorkloadEventRow.workload_id == row.id,
+                        WorkloadEventRow.attempt == row.attempt,
+                        WorkloadEventRow.type == "running",
+                    )
+                )
+            ).one()
+        return not seen
+
+    async def _lost(
+        self, row: WorkloadRow, backend: Backend, status: JobStatus, result: DispatchResult
+    ) -> None:
+        """The backend no longer knows a job the gateway thinks running (it forgot it after
+        its MinJobAge while the gateway was away, or lost its state): the run is lost, not
+        failed; the workload waits for quota again and runs as a new attempt."""
+        message = (
+            f"the {backend.name} backend no longer knows job {row.job_id}"
+            f"{f' ({row.backend_job_id})' if row.backend_job_id else ''}; it runs again"
+        )
+        lost = {
+            "backend": backend.name,
+            "job": row.job_id,
+            "backend_job_id": row.backend_job_id,
+            "message": status.message,
+        }
+        await self._guarded(
+            row,
+            ("lost", lost),
+            ("requeued", {"why": "lost"}),
+            state="pending",
+            admission=None,
+            admitted_at=None,
+            job_id=None,
+            reason_code=LOST,
+            reason_message=message[:2000],
+            reason_detail=None,
+        )
+        result.stopped.append(row.id)
 
     async def _stop(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         noted: dict[str, Any] = {}
@@ -217,7 +304,8 @@ class Dispatcher:
                 return  # stopping; look again next pass
             noted = _noted(status)
         if row.state == "pending":  # preempted: its job is gone, it waits for quota
-            await self._guarded(row, job_id=None, **noted)
+            requeued = {"why": "preempted", "backend": backend.name, "job": row.job_id}
+            await self._guarded(row, ("requeued", requeued), job_id=None, **noted)
         else:
             await self._end(row, "cancelled", "Cancelled", "cancelled by request", **noted)
         result.stopped.append(row.id)
@@ -226,13 +314,20 @@ class Dispatcher:
         """The backend did not answer: say so on the row (once), change nothing else."""
         message = str(err)[:2000]
         if (row.reason_code, row.reason_message) != (UNAVAILABLE, message):
-            await self._guarded(row, reason_code=UNAVAILABLE, reason_message=message)
+            await self._guarded(row, None, reason_code=UNAVAILABLE, reason_message=message)
 
     async def _end(
         self, row: WorkloadRow, state: str, code: str, message: str, **noted: Any
     ) -> None:
+        detail = {
+            "exit_code": noted.get("exit_code", row.exit_code),
+            "message": message[:500],
+            "backend": row.backend,
+            "backend_job_id": noted.get("backend_job_id", row.backend_job_id),
+        }
         await self._guarded(
             row,
+            (_END_EVENTS[state], detail),
             state=state,
             finished_at=utcnow(),
             reason_code=code,
@@ -241,10 +336,14 @@ class Dispatcher:
             **noted,
         )
 
-    async def _guarded(self, row: WorkloadRow, **values: Any) -> None:
-        """Write only if the row is as read; a lost race is retried next pass."""
+    async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> None:
+        """Write only if the row is as read, with its events in the same transaction; a lost
+        race writes neither and is retried next pass."""
         async with self.database.session() as session:
-            await update_if_unchanged(session, row, **values)
+            if await update_if_unchanged(session, row, **values):
+                for event in events:
+                    if event is not None:
+                        record_event(session, row, event[0], event[1])
 
 
 def _noted(status: JobStatus) -> dict[str, Any]:

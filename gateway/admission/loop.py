@@ -30,6 +30,7 @@ from tenants.services import HOLDING_STATES, load_quota_config
 from tenants.services.tenants import QUEUE_CLOSED, open_queues, queue_closed_message
 from tenants.services.workloads import (
     admission_from_row,
+    record_event,
     update_if_unchanged,
     workload_from_row,
 )
@@ -144,6 +145,14 @@ async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorklo
         reason_message="quota reserved",
         reason_detail=None,
     )
+    flavors = sorted({f for p in record.admission.pod_sets for f in p.flavors.values()})
+    record_event(
+        session,
+        row,
+        "admitted",
+        {"queue": record.admission.cluster_queue, "flavors": flavors},
+        attempt=row.attempt + 1,
+    )
 
 
 async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | None) -> None:
@@ -159,6 +168,18 @@ async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | No
         reason_code=PREEMPTED,
         reason_message=f"{cause}; it waits for quota again",
     )
+    record_event(
+        session,
+        row,
+        "preempted",
+        {
+            "by": why.preemptor if why is not None else None,
+            "reason": why.reason.value if why is not None else None,
+            "message": cause,
+        },
+    )
+    if row.job_id is None:  # no job to stop first: it waits for quota again at once
+        record_event(session, row, "requeued", {"why": "preempted"})
 
 
 async def _closed(session: AsyncSession, row: WorkloadRow) -> None:

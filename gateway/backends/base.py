@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "FINAL_STATES",
@@ -48,6 +48,7 @@ __all__ = [
     "BackendError",
     "BackendStateError",
     "BackendUnavailableError",
+    "Identifying",
     "InvalidJobError",
     "InvalidWorkloadIdError",
     "JobLimits",
@@ -230,6 +231,9 @@ class JobSpec:
     # Whose job it is ("": not known), for backends that label their jobs with it.
     tenant: str = ""
     queue: str = ""
+    # Backend-specific sections as the API validated them ({"slurm": {"qos": "high"}});
+    # each backend reads its own and ignores the others.
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_workload_id(self.workload_id)
@@ -244,6 +248,7 @@ class JobSpec:
         object.__setattr__(self, "pods", tuple(self.pods))
         if not all(isinstance(pod, PodShape) for pod in self.pods):
             raise InvalidJobError("pods must be PodShapes")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
 
 def _validate_command(command: tuple[str, ...]) -> None:
@@ -302,7 +307,9 @@ class Backend(Protocol):
     Contract:
 
     - ``submit`` is idempotent: the workload id names the job; submitting an id that already
-      exists does nothing (even if the spec differs).
+      exists does nothing (even if the spec differs). It returns ``True`` when it found such
+      a job (the dispatcher then records the job as adopted, not dispatched), ``False`` or
+      ``None`` (cannot tell) otherwise.
     - ``cancel`` is idempotent: it stops a pending or running job (SIGTERM to the job, then
       SIGKILL after a grace period, or the backend's equivalent) and returns once it is
       stopped; cancelling a finished or unknown job does nothing.
@@ -313,7 +320,7 @@ class Backend(Protocol):
 
     name: str
 
-    async def submit(self, job: JobSpec) -> None: ...
+    async def submit(self, job: JobSpec) -> bool | None: ...
 
     async def cancel(self, workload_id: str) -> None: ...
 
@@ -322,6 +329,14 @@ class Backend(Protocol):
     async def logs(self, workload_id: str, tail_bytes: int = 65536) -> bytes: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Identifying(Protocol):
+    """A backend that knows its own id for a job it was just given (e.g. Slurm's job id),
+    without asking the scheduler again: ``None`` when it does not."""
+
+    def backend_job_id(self, workload_id: str) -> str | None: ...
 
 
 @runtime_checkable

@@ -176,19 +176,20 @@ class LocalBackend:
 
     # -- the Backend protocol -------------------------------------------------------------
 
-    async def submit(self, job: JobSpec) -> None:
-        """Start ``job`` unless a job of its id exists (then do nothing)."""
+    async def submit(self, job: JobSpec) -> bool:
+        """Start ``job`` unless a job of its id exists (then do nothing and return True)."""
         self._check_open()
         paths = self._paths(job.workload_id)
         refusal = (await asyncio.to_thread(self._sandbox.probe)).refusal()
         if refusal is not None:
             raise JobRefusedError(refusal)
         if paths.dir.exists():
-            return
+            return True
         with _io_errors("submit"):
             claimed = self._claim(job, paths)
             if claimed is not None:
                 self._start(job, paths, claimed)
+        return claimed is None
 
     async def cancel(self, workload_id: str) -> None:
         """Stop the job and return once it is recorded stopped; no-op if unknown or final."""

@@ -12,15 +12,23 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from gateway.auth import Identity
 from gateway.authorization import admit_by_policy, authorize
 from gateway.backends import Backend, BackendError, refusal_of
+from gateway.backends.sections import SectionError, check_sections
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
-from gateway.workloads.schemas import WorkloadIn, WorkloadList, WorkloadOut, WorkloadState
+from gateway.workloads.schemas import (
+    WorkloadDetail,
+    WorkloadIn,
+    WorkloadList,
+    WorkloadOut,
+    WorkloadState,
+)
 from tenants import Database
 from tenants.errors import InvalidRequestError
 from tenants.services.workloads import (
     cancel_workload,
+    events_of,
     get_workload,
     list_workloads,
     parse_cursor,
@@ -28,6 +36,8 @@ from tenants.services.workloads import (
 )
 
 __all__ = ["WorkloadController"]
+
+EVENTS_SHOWN = 100
 
 WorkloadId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{32}$", description="The workload's id")]
 
@@ -94,6 +104,14 @@ class WorkloadController(Controller):
             if data.backend is not None
             else services.backends_for(data.queue, {r for p in data.pod_sets for r in p.requests})
         )
+        try:
+            options = check_sections(
+                data.sections(),
+                [backends[n] for n in candidates if n in backends],
+                data.max_runtime_seconds,
+            )
+        except SectionError as err:  # before anything is stored or asked of the policy
+            raise ApiError(422, "invalid_request", str(err)) from None
         for name in candidates:
             await admit_by_policy(policy, identity.tenant, _admission_input(data, name))
             backend = backends.get(name)
@@ -104,7 +122,7 @@ class WorkloadController(Controller):
             row, created = await submit_workload(
                 session,
                 identity.tenant,
-                data.to_submission(),
+                data.to_submission(options),
                 actor=identity.principal,
                 idempotency_key=idempotency_key,
             )
@@ -137,7 +155,7 @@ class WorkloadController(Controller):
     @get(
         "/{workload_id:str}",
         operation_id="GetWorkload",
-        summary="One workload.",
+        summary="One workload, with its events (the last 100).",
         responses=errors(404),
     )
     async def read(
@@ -146,10 +164,14 @@ class WorkloadController(Controller):
         workload_id: WorkloadId,
         database: NamedDependency[Database],
         policy: NamedDependency[PolicyEngine],
-    ) -> WorkloadOut:
+    ) -> WorkloadDetail:
         identity = await tenant_of(request, policy, "workloads.read")
-        async with database.session() as session:
-            return WorkloadOut.of(await get_workload(session, identity.tenant, workload_id))
+        # One snapshot: the row and its events as of one moment (each event is written
+        # with its change, so they agree).
+        async with database.snapshot() as session:
+            row = await get_workload(session, identity.tenant, workload_id)
+            events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
+            return WorkloadDetail.with_events(row, events, count)
 
     @delete(
         "/{workload_id:str}",

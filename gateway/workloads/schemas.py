@@ -9,13 +9,15 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from tenants.models import WorkloadRow
+from tenants.models import WorkloadEventRow, WorkloadRow
 from tenants.services.workloads import PodSetRequest, WorkloadSubmission
 
 __all__ = [
     "Blocking",
+    "Event",
     "PodSetIn",
     "Reason",
+    "WorkloadDetail",
     "WorkloadIn",
     "WorkloadList",
     "WorkloadOut",
@@ -66,8 +68,14 @@ class WorkloadIn(_In):
     priority: Annotated[int, Meta(ge=-1_000_000, le=1_000_000)] = 0
     # None: the backend of the flavor it is admitted on (local when the flavor names none).
     backend: Name | None = None
+    # Backend-specific sections, checked by gateway.backends.sections before anything is
+    # stored (a 422 naming the option); a new backend's section is a field here too.
+    slurm: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
 
-    def to_submission(self) -> WorkloadSubmission:
+    def sections(self) -> dict[str, dict[str, Any] | None]:
+        return {"slurm": self.slurm}
+
+    def to_submission(self, options: dict[str, dict[str, Any]] | None = None) -> WorkloadSubmission:
         return WorkloadSubmission(
             name=self.name,
             queue=self.queue,
@@ -82,6 +90,7 @@ class WorkloadIn(_In):
             command=tuple(self.job.command),
             env=dict(self.job.env),
             backend=self.backend,
+            options=options or {},
         )
 
 
@@ -157,6 +166,38 @@ class WorkloadOut(msgspec.Struct):
             admitted_at=row.admitted_at,
             finished_at=row.finished_at,
         )
+
+
+class Event(msgspec.Struct):
+    """One thing that happened to the workload: ``type`` is one of submitted, admitted,
+    dispatched, adopted, running, preempted, requeued, lost, cancelled, finished, failed;
+    ``detail`` says more (queue and flavors; backend and its job id; by whom and why;
+    exit code)."""
+
+    type: str
+    at: datetime
+    attempt: int
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: WorkloadEventRow) -> Event:
+        return cls(type=row.type, at=row.at, attempt=row.attempt, detail=dict(row.detail))
+
+
+class WorkloadDetail(WorkloadOut):
+    """One workload with its timeline: the last events (at most 100, oldest first) and
+    how many it has in all (``event_count``)."""
+
+    events: list[Event] = []
+    event_count: int = 0
+
+    @classmethod
+    def with_events(
+        cls, row: WorkloadRow, events: list[WorkloadEventRow], count: int
+    ) -> WorkloadDetail:
+        out = WorkloadOut.of(row)
+        fields = {f: getattr(out, f) for f in WorkloadOut.__struct_fields__}
+        return cls(**fields, events=[Event.of(e) for e in events], event_count=count)
 
 
 class WorkloadList(msgspec.Struct):

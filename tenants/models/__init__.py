@@ -7,7 +7,7 @@ from tenants.models.principal import Principal
 from tenants.models.quota import ClusterQueueRow, CohortRow, FlavorRow
 from tenants.models.tenant import Tenant
 from tenants.models.usage import UsageRecordRow
-from tenants.models.workload import WorkloadRow
+from tenants.models.workload import WorkloadEventRow, WorkloadRow
 
 __all__ = [
     "ApiKey",
@@ -19,5 +19,6 @@ __all__ = [
     "Principal",
     "Tenant",
     "UsageRecordRow",
+    "WorkloadEventRow",
     "WorkloadRow",
 ]

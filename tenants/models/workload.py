@@ -8,7 +8,7 @@ from sqlmodel import Field, SQLModel, UniqueConstraint
 
 from tenants.models._base import json_field, new_id, timestamp_field
 
-__all__ = ["WorkloadRow"]
+__all__ = ["WorkloadEventRow", "WorkloadRow"]
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -50,3 +50,19 @@ class WorkloadRow(SQLModel, table=True):
     updated_at: datetime = timestamp_field()
     admitted_at: datetime | None = timestamp_field(nullable=True)
     finished_at: datetime | None = timestamp_field(nullable=True)
+
+
+class WorkloadEventRow(SQLModel, table=True):
+    """One thing that happened to a workload (submitted, admitted, dispatched, running,
+    preempted, requeued, lost, adopted, cancelled, finished, failed), written in the same
+    transaction as the row change it describes: an event never exists without its change,
+    nor a change without its event."""
+
+    __tablename__ = "workload_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    workload_id: str = Field(foreign_key="workloads.id", index=True, max_length=32)
+    type: str = Field(max_length=20)
+    attempt: int = 0  # the workload's attempt (admissions so far) when it happened
+    at: datetime = timestamp_field()
+    detail: dict[str, Any] = json_field()

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -19,25 +19,41 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from quota.model import Admission, PodSet, PodSetAssignment, Workload
 from quota.resources import parse_quantity
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
-from tenants.models import AuditEntry, ClusterQueueRow, Tenant, WorkloadRow
+from tenants.models import AuditEntry, ClusterQueueRow, Tenant, WorkloadEventRow, WorkloadRow
 from tenants.models._base import utcnow
 
 __all__ = [
+    "EVENT_TYPES",
     "FINAL_STATES",
     "PodSetRequest",
     "WorkloadPage",
     "WorkloadSubmission",
     "admission_from_row",
     "cancel_workload",
+    "events_of",
     "get_workload",
     "list_workloads",
     "parse_cursor",
+    "record_event",
     "submit_workload",
     "update_if_unchanged",
     "workload_from_row",
 ]
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
+EVENT_TYPES = (
+    "submitted",
+    "admitted",
+    "dispatched",
+    "adopted",
+    "running",
+    "preempted",
+    "requeued",
+    "lost",
+    "cancelled",
+    "finished",
+    "failed",
+)
 
 
 @dataclass(frozen=True)
@@ -60,14 +76,19 @@ class WorkloadSubmission:
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     backend: str | None = None  # None: the backend of the flavor it is admitted on
+    # Backend-specific sections, validated by the API: {"slurm": {"qos": ...}}.
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "pod_sets": [asdict(p) for p in self.pod_sets],
             "max_runtime_seconds": self.max_runtime_seconds,
             "backend": self.backend,
             "job": {"command": list(self.command), "env": dict(self.env)},
         }
+        if self.options:  # absent when none: a repeat of an older request keeps its hash
+            spec["options"] = self.options
+        return spec
 
     def fingerprint(self) -> str:
         body = {**self.spec(), "name": self.name, "queue": self.queue, "priority": self.priority}
@@ -131,6 +152,8 @@ async def submit_workload(
         # both, and its session stays usable to read the winner.
         async with session.begin_nested():
             session.add_all([row, audit])
+            await session.flush()  # the row first: its event refers to it
+            record_event(session, row, "submitted", {"queue": submission.queue})
     except IntegrityError:
         winner = None
         if idempotency_key is not None:
@@ -247,6 +270,8 @@ async def cancel_workload(
     row.version += 1
     row.updated_at = now
     session.add(row)
+    if row.state == "cancelled":
+        record_event(session, row, "cancelled", {"by": actor})
     session.add(
         AuditEntry(
             actor=actor, action="cancel", kind="workload", name=row.id, tenant=tenant, detail={}
@@ -299,3 +324,47 @@ def admission_from_row(row: WorkloadRow) -> Admission:
             for p in row.admission["pod_sets"]
         ),
     )
+
+
+def record_event(
+    session: AsyncSession,
+    row: WorkloadRow,
+    type: str,
+    detail: dict[str, Any] | None = None,
+    *,
+    attempt: int | None = None,
+) -> None:
+    """Note an event of ``row`` in ``session``: call it in the transaction that makes the
+    change it describes, after that change is known to be written."""
+    assert type in EVENT_TYPES, type
+    session.add(
+        WorkloadEventRow(
+            workload_id=row.id,
+            type=type,
+            attempt=row.attempt if attempt is None else attempt,
+            at=utcnow(),
+            detail=detail or {},
+        )
+    )
+
+
+async def events_of(
+    session: AsyncSession, workload_id: str, *, limit: int = 100
+) -> tuple[list[WorkloadEventRow], int]:
+    """The last ``limit`` events of a workload, oldest first, and how many it has in all."""
+    count = (
+        await session.exec(
+            select(func.count())
+            .select_from(WorkloadEventRow)
+            .where(WorkloadEventRow.workload_id == workload_id)
+        )
+    ).one()
+    query = (
+        select(WorkloadEventRow)
+        .where(WorkloadEventRow.workload_id == workload_id)
+        .order_by(col(WorkloadEventRow.id).desc())
+        .limit(limit)
+    )
+    rows = list((await session.exec(query)).all())
+    rows.reverse()
+    return rows, int(count)

@@ -24,6 +24,7 @@ def test_exported_names_are_the_public_ones() -> None:
         "local",
         "isolation",
         "registry",
+        "sections",
         "slurm",
         "kubernetes",
         "ray",

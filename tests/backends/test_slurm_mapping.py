@@ -88,6 +88,43 @@ def test_a_gang_becomes_one_job(job: JobSpec, expected: dict[str, Any]) -> None:
     assert set(sent) <= properties, set(sent) - properties
 
 
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, {"comment": "ignara abc-1"}),
+        (
+            {
+                "constraint": "a100&ib",
+                "qos": "high",
+                "exclusive": True,
+                "time_min": 30,
+                "nice": 100,
+                "comment": "sweep 7",
+                "reservation": "maint",
+            },
+            {
+                "constraints": "a100&ib",
+                "qos": "high",
+                "exclusive": "exclusive",
+                "time_minimum": 30,
+                "nice": 100,
+                "comment": "ignara abc-1: sweep 7",
+                "reservation": "maint",
+            },
+        ),
+        ({"exclusive": False}, {"comment": "ignara abc-1"}),  # Slurm's default: not sent
+    ],
+)
+def test_the_slurm_section_maps_onto_job_fields(
+    options: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    job = JobSpec("abc-1", ("train",), {}, 3600, options={"slurm": options, "ray": {"x": 1}})
+    sent = V0038().submit_body(job_request(job, SETTINGS))["job"]
+    asked = {"constraints", "qos", "exclusive", "time_minimum", "nice", "comment", "reservation"}
+    assert {k: sent[k] for k in asked if k in sent} == expected
+    assert set(sent) <= set(json.loads(OPENAPI.read_text()))
+
+
 def test_the_command_runs_without_a_shell_reading_it() -> None:
     job = spec(command=("python3", "-c", "print('$HOME; rm -rf /')", "--flag"))
     script = job_request(job, SETTINGS).script

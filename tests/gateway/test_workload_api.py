@@ -115,6 +115,74 @@ def test_a_gang_is_submitted_admitted_run_and_its_logs_read(client: TestClient[A
     assert zero.status_code == 400 and zero.json()["error"]["code"] == "invalid_request"
 
 
+def test_a_workload_shows_its_timeline_to_its_own_tenant_only(client: TestClient[Any]) -> None:
+    alpha, beta = key_for(client, "alpha"), key_for(client, "beta")
+    slow = workload(job={"command": ["/usr/bin/python3", "-c", "import time; time.sleep(2)"]})
+    wid = client.post("/api/v1/workloads", json=slow, headers=bearer(alpha)).json()["id"]
+    done = wait_for(client, alpha, wid, "succeeded")
+    events = done["events"]
+    assert [e["type"] for e in events] == [
+        "submitted",
+        "admitted",
+        "dispatched",
+        "running",
+        "finished",
+    ]
+    assert done["event_count"] == 5
+    assert events[1]["detail"] == {"queue": "team-a", "flavors": ["h100"]}
+    assert events[2]["detail"]["backend"] == "local"
+    assert events[2]["detail"]["job"] == f"{wid}-1"
+    assert events[-1]["detail"]["exit_code"] == 0 == done["exit_code"]
+    assert [e["attempt"] for e in events] == [0, 1, 1, 1, 1]
+    times = [e["at"] for e in events]
+    assert times == sorted(times)
+    assert client.get(f"/api/v1/workloads/{wid}", headers=bearer(beta)).status_code == 404
+    # A list stays light: the timeline is read one workload at a time.
+    listed = client.get("/api/v1/workloads", headers=bearer(alpha)).json()["items"]
+    assert "events" not in listed[0]
+
+
+def test_a_cancelled_pending_workload_says_so_in_its_timeline(client: TestClient[Any]) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    big = workload(
+        pod_sets=[{"name": "workers", "count": 8, "requests": {"nvidia.com/gpu": 1}}]
+    )  # more than team-a's 4 GPUs: it waits
+    wid = client.post("/api/v1/workloads", json=big, headers=alpha).json()["id"]
+    assert client.delete(f"/api/v1/workloads/{wid}", headers=alpha).status_code == 200
+    body = client.get(f"/api/v1/workloads/{wid}", headers=alpha).json()
+    assert [(e["type"], e["detail"]) for e in body["events"]] == [
+        ("submitted", {"queue": "team-a"}),
+        ("cancelled", {"by": "alpha-bot"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ({"qos": 7}, "slurm.qos"),
+        ({"qos": "high; rm -rf /"}, "slurm.qos"),
+        ({"partition": "other"}, "slurm.partition"),  # not on the allow-list
+        ({"nice": -5}, "slurm.nice"),
+        ({"exclusive": "yes"}, "slurm.exclusive"),
+        # Well-formed, but this workload goes to the local backend: not for it.
+        ({"qos": "high"}, "slurm"),
+    ],
+)
+def test_a_bad_backend_section_is_a_422_naming_the_field_and_stores_nothing(
+    client: TestClient[Any], section: Any, field: str
+) -> None:
+    alpha = bearer(key_for(client, "alpha"))
+    response = client.post("/api/v1/workloads", json=workload(slurm=section), headers=alpha)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith(f"{field}: "), error
+    assert client.get("/api/v1/workloads", headers=alpha).json()["items"] == []
+    # Not even an object: a malformed body, a 400 naming it like any other.
+    response = client.post("/api/v1/workloads", json=workload(slurm="fast"), headers=alpha)
+    assert response.status_code == 400 and response.json()["error"]["message"].startswith("slurm")
+
+
 def test_idempotency_key_returns_the_first_result(client: TestClient[Any]) -> None:
     alpha = bearer(key_for(client, "alpha"))
     headers = {**alpha, "Idempotency-Key": "run-42"}

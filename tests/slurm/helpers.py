@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 
+from tests.support.relay import Relay
 from tests.support.slurm import SlurmCluster
 
 TOKEN_ENV = "IGNARA_SLURM_TOKEN"
@@ -75,3 +80,34 @@ def jobs_named(cluster: SlurmCluster, name: str) -> list[dict[str, Any]]:
     jobs = cluster.rest("GET", "/jobs")["jobs"]
     assert isinstance(jobs, list)
     return [j for j in jobs if j["name"] == name]
+
+
+class ThreadedRelay:
+    """A relay (tests/support/relay.py) in front of slurmrestd, on its own event loop, so
+    a synchronous test can take slurmrestd away from the gateway and bring it back."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.relay = Relay(parts.hostname or "127.0.0.1", parts.port or 80)
+        self.run(self.relay.start())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.relay.port}"
+
+    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
+
+    def down(self) -> None:
+        self.run(self.relay.stop())
+
+    def up(self) -> None:
+        self.run(self.relay.start())
+
+    def close(self) -> None:
+        self.down()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)

@@ -6,13 +6,10 @@ one waits and runs again later as a new job. Logs come from the job's output fil
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from litestar.testing import TestClient
@@ -20,8 +17,14 @@ from litestar.testing import TestClient
 from gateway.app import create_app
 from gateway.settings import Settings
 from tests.conftest import ADMIN_KEY
-from tests.slurm.helpers import TOKEN_ENV, config, gang, jobs_named, slurm_job
-from tests.support.relay import Relay
+from tests.slurm.helpers import (
+    TOKEN_ENV,
+    ThreadedRelay,
+    config,
+    gang,
+    jobs_named,
+    slurm_job,
+)
 from tests.support.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
@@ -62,37 +65,6 @@ class Api:
             workload_id,
             lambda w: w["state"] == "running" and w["backend_state"] == "RUNNING",
         )
-
-
-class ThreadedRelay:
-    """A relay (tests/support/relay.py) in front of slurmrestd, on its own event loop, so
-    a synchronous test can take slurmrestd away from the gateway and bring it back."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.relay = Relay(parts.hostname or "127.0.0.1", parts.port or 80)
-        self.run(self.relay.start())
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.relay.port}"
-
-    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=10)
-
-    def down(self) -> None:
-        self.run(self.relay.stop())
-
-    def up(self) -> None:
-        self.run(self.relay.start())
-
-    def close(self) -> None:
-        self.down()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -140,6 +112,24 @@ def test_a_gang_runs_on_slurm_finishes_and_releases_its_quota(
     assert api.until(second, lambda w: w["state"] == "succeeded")["backend"] == "hpc"
 
 
+def test_the_slurm_section_reaches_the_slurm_job(api: Api, slurm: SlurmCluster) -> None:
+    body = gang("tuned", "sleep 30")
+    body["slurm"] = {"exclusive": True, "time_min": 2, "nice": 10, "comment": "sweep 7"}
+    workload = api.submit(body)
+    job = slurm_job(slurm, api.running_on_slurm(workload)["backend_job_id"])
+    assert job["comment"] == f"ignara {workload}-1: sweep 7"
+    assert (job["nice"], job["time_minimum"]) == (10, 2), job
+    assert job["shared"] == "none", job  # exclusive: the node is not shared
+    # Not for this gateway to pass on: refused by name, before anything is stored.
+    bad = api.client.post(
+        "/api/v1/workloads", json={**body, "slurm": {"account": "other"}}, headers=api.headers
+    )
+    assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("slurm.account")
+    too_long = {**body, "slurm": {"time_min": 11}}  # its time limit is 10 minutes
+    bad = api.client.post("/api/v1/workloads", json=too_long, headers=api.headers)
+    assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("slurm.time_min")
+
+
 def test_cancel_by_the_user_cancels_the_slurm_job(api: Api, slurm: SlurmCluster) -> None:
     workload = api.submit(gang("long", "sleep 300"))
     job_id = api.running_on_slurm(workload)["backend_job_id"]
@@ -153,7 +143,10 @@ def test_cancel_by_the_user_cancels_the_slurm_job(api: Api, slurm: SlurmCluster)
 def test_a_preempted_gang_is_cancelled_on_slurm_waits_and_runs_again(
     api: Api, slurm: SlurmCluster
 ) -> None:
-    low = api.submit(gang("low", "sleep 300", priority=0))
+    # Its first run would last; its second (after the preemption) ends by itself.
+    low = api.submit(
+        gang("low", 'case "$SLURM_JOB_NAME" in *-1) sleep 300;; esac; sleep 3', priority=0)
+    )
     first_job = api.running_on_slurm(low)["backend_job_id"]
 
     high = api.submit(gang("high", "echo high; sleep 3", priority=100))
@@ -167,6 +160,32 @@ def test_a_preempted_gang_is_cancelled_on_slurm_waits_and_runs_again(
     again = api.running_on_slurm(low)
     assert again["attempt"] == 2 and again["backend_job_id"] != first_job
     assert slurm_job(slurm, again["backend_job_id"])["name"] == f"{low}-2"
+
+    # The whole story, in order, in its events, with Slurm's job ids.
+    done = api.until(low, lambda w: w["state"] == "succeeded")
+    events = done["events"]
+    assert [(e["type"], e["attempt"]) for e in events] == [
+        ("submitted", 0),
+        ("admitted", 1),
+        ("dispatched", 1),
+        ("running", 1),
+        ("preempted", 1),
+        ("requeued", 1),
+        ("admitted", 2),
+        ("dispatched", 2),
+        ("running", 2),
+        ("finished", 2),
+    ]
+    assert events[2]["detail"] == {
+        "backend": "hpc",
+        "job": f"{low}-1",
+        "backend_job_id": first_job,
+    }
+    assert events[3]["detail"]["backend_job_id"] == first_job
+    assert events[4]["detail"]["by"] == high
+    assert events[7]["detail"]["backend_job_id"] == again["backend_job_id"]
+    assert events[9]["detail"]["exit_code"] == 0
+    assert [e["type"] for e in api.get(high)["events"]][-1] == "finished"
 
 
 def test_an_unreachable_slurm_makes_work_wait_never_fail_nor_run_twice(

@@ -5,7 +5,7 @@ that becomes unreachable without stopping a server other tests may share."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
 __all__ = ["Relay", "relay"]
@@ -18,6 +18,9 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.frozen = False
+        # Set: a request whose first bytes are one of these is passed on, and its reply is
+        # held back (never passed): a server that did the work and whose answer is late.
+        self.hold_replies_to: tuple[bytes, ...] = ()
 
     async def start(self) -> None:
         """Listen (again, on the same port once it has one)."""
@@ -57,15 +60,32 @@ class Relay:
             writer.transport.abort()
             return
         self._writers |= {writer, up_writer}
+        holding = asyncio.Event()
+
+        def sent(data: bytes) -> None:
+            if self.hold_replies_to and data.startswith(self.hold_replies_to):
+                holding.set()
+
         await asyncio.gather(
-            _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
+            _pipe(reader, up_writer, sent),
+            _pipe(up_reader, writer, held=holding),
+            return_exceptions=True,
         )
         self._writers -= {writer, up_writer}
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    sent: Callable[[bytes], None] | None = None,
+    held: asyncio.Event | None = None,
+) -> None:
     with suppress(OSError):
         while data := await reader.read(65536):
+            if sent is not None:
+                sent(data)
+            if held is not None and held.is_set():
+                continue  # the reply is swallowed: the client waits until it gives up
             writer.write(data)
             await writer.drain()
     writer.close()

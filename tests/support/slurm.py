@@ -88,6 +88,23 @@ class SlurmCluster:
         body: dict[str, object] = response.json()
         return body
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld alone (it saves its state; slurmd and the jobs on it keep running,
+        slurmrestd answers with errors): a backend outage."""
+        _stop_pid(_pid(self.directory / "slurmctld.pid"))
+
+    def start_controller(self, *, forget_jobs: bool = False) -> None:
+        """Start slurmctld again; it recovers its jobs from its saved state, or, with
+        ``forget_jobs``, starts without it (``-c``: a controller that lost its state; the
+        jobs still on the node are killed as orphans)."""
+        clear = ["-c"] if forget_jobs else []
+        subprocess.run(
+            ["slurmctld", *clear, "-f", str(self.directory / "slurm.conf")],
+            check=True,
+            env=self.env,
+        )
+        _wait("the node back", lambda: _node_idle(self.env) or _node_busy(self.env))
+
 
 def missing_packages() -> list[str]:
     missing = []
@@ -136,19 +153,37 @@ def _free_port() -> int:
         return port
 
 
-def _node_line(hostname: str) -> str:
-    """The node as slurmd sees it (its RealMemory must not exceed what slurmd finds)."""
+def _node_line(hostname: str, gpus: int, cpus: int | None) -> str:
+    """The node as slurmd sees it (its RealMemory must not exceed what slurmd finds);
+    ``cpus``: claim that many cores instead (with ``config_overrides``), for benchmarks
+    of many tiny jobs on a small machine."""
     first = subprocess.run(
         ["slurmd", "-C"], capture_output=True, text=True, check=True
     ).stdout.splitlines()[0]
     fields = [f for f in first.split() if not f.startswith("NodeName=")]
-    return f"NodeName={hostname} NodeAddr=127.0.0.1 {' '.join(fields)} Gres=gpu:{FAKE_GPUS}"
+    if cpus is not None:
+        shape = ("CPUs=", "Boards=", "SocketsPerBoard=", "CoresPerSocket=", "ThreadsPerCore=")
+        fields = [f for f in fields if not f.startswith(shape)]
+        fields += [
+            f"CPUs={cpus}",
+            "SocketsPerBoard=1",
+            f"CoresPerSocket={cpus}",
+            "ThreadsPerCore=1",
+        ]
+    return f"NodeName={hostname} NodeAddr=127.0.0.1 {' '.join(fields)} Gres=gpu:{gpus}"
 
 
-def _write_config(directory: Path, hostname: str, ports: Mapping[str, int]) -> None:
+def _write_config(
+    directory: Path,
+    hostname: str,
+    ports: Mapping[str, int],
+    gpus: int = FAKE_GPUS,
+    cpus: int | None = None,
+) -> None:
+    fake_gpus = gpus
     gpus = directory / "gpus"
     gpus.mkdir(exist_ok=True)
-    for i in range(FAKE_GPUS):
+    for i in range(fake_gpus):
         device = gpus / f"fakegpu{i}"
         if not device.exists():
             # The major/minor of /dev/null: a real character device slurmd accepts as a GPU.
@@ -191,12 +226,13 @@ KillWait=5
 MailProg=/bin/true
 ReturnToService=2
 SchedulerParameters=sched_interval=2
-{_node_line(hostname)} State=UNKNOWN
+{"SlurmdParameters=config_overrides" if cpus is not None else ""}
+{_node_line(hostname, fake_gpus, cpus)} State=UNKNOWN
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
     (directory / "slurm.conf").write_text(conf)
     (directory / "gres.conf").write_text(
-        f"AutoDetect=off\nNodeName={hostname} Name=gpu File={gpus}/fakegpu[0-{FAKE_GPUS - 1}]\n"
+        f"AutoDetect=off\nNodeName={hostname} Name=gpu File={gpus}/fakegpu[0-{fake_gpus - 1}]\n"
     )
 
 
@@ -244,6 +280,13 @@ def _node_idle(env: Mapping[str, str]) -> bool:
     return result.returncode == 0 and result.stdout.strip() in ("idle", "mixed", "allocated")
 
 
+def _node_busy(env: Mapping[str, str]) -> bool:
+    out = subprocess.run(
+        ["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, check=False
+    ).stdout
+    return out.strip().rstrip("*") in ("mixed", "allocated")
+
+
 def _token(env: Mapping[str, str]) -> str:
     out = subprocess.run(
         ["scontrol", "token", "username=root", "lifespan=86400"],
@@ -255,14 +298,16 @@ def _token(env: Mapping[str, str]) -> str:
     return out.removeprefix("SLURM_JWT=")
 
 
-def start_cluster(directory: Path) -> SlurmCluster:
+def start_cluster(
+    directory: Path, *, gpus: int = FAKE_GPUS, cpus: int | None = None
+) -> SlurmCluster:
     """Start munged, slurmctld, slurmd and slurmrestd with their state in ``directory``
     (created; it must be new or from a cluster that was stopped)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)  # munged (as munge) and slurmrestd (as slurm) go through it
     hostname = socket.gethostname().split(".")[0]
     ports = {"ctld": _free_port(), "slurmd": _free_port(), "rest": _free_port()}
-    _write_config(directory, hostname, ports)
+    _write_config(directory, hostname, ports, gpus, cpus)
     env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
     _start_munge(directory)
     subprocess.run(["slurmctld", "-f", str(directory / "slurm.conf")], check=True, env=env)
@@ -371,10 +416,12 @@ def cluster_status(directory: Path) -> dict[str, bool]:
 
 
 @contextlib.contextmanager
-def slurm_cluster(directory: Path) -> Iterator[SlurmCluster]:
+def slurm_cluster(
+    directory: Path, *, gpus: int = FAKE_GPUS, cpus: int | None = None
+) -> Iterator[SlurmCluster]:
     """A cluster for the duration of the block; stopped however the block ends."""
     try:
-        yield start_cluster(directory)
+        yield start_cluster(directory, gpus=gpus, cpus=cpus)
     finally:
         stop_cluster(directory)
 

@@ -74,15 +74,23 @@ class SlurmBackend:
     def __repr__(self) -> str:  # never the token
         return f"SlurmBackend({self.name!r}, {self.client.url!r})"
 
-    async def submit(self, job: JobSpec) -> None:
+    async def submit(self, job: JobSpec) -> bool:
+        """Submit, or find the job of that name submitted before (e.g. by a gateway that
+        crashed before it noted it): then ``True``, and nothing is submitted."""
         self._check_open()
         if await self._find(job.workload_id) is not None:
-            return  # submitted before (e.g. by a gateway that crashed before it noted it)
+            return True
         request = job_request(job, self.settings)
         await asyncio.to_thread(self._prepare_output_dir)
         job_id = await self.client.submit(request)
         self._ids[job.workload_id] = job_id
         log.info("submitted %s to %s as Slurm job %d", job.workload_id, self.name, job_id)
+        return False
+
+    def backend_job_id(self, workload_id: str) -> str | None:
+        """Slurm's id for the job, if this process has submitted or seen it."""
+        job_id = self._ids.get(workload_id)
+        return None if job_id is None else str(job_id)
 
     async def status(self, workload_id: str) -> JobStatus:
         self._check_open()
@@ -91,6 +99,11 @@ class SlurmBackend:
         record: JobRecord | None
         if job_id is not None:
             record = await self.client.job(job_id)
+            if record is not None and record.name != workload_id:
+                # A controller that lost its state numbers jobs from the start again: this
+                # id is now another job's. Ours is gone, or known by name only.
+                del self._ids[workload_id]
+                record = await self._find(workload_id)
         else:
             record = await self._find(workload_id)
         if record is None:

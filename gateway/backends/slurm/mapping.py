@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
+import msgspec
+
 from gateway.backends.base import JobSpec, JobState, JobStatus, PodShape
+from gateway.backends.slurm.options import SlurmOptions
 from gateway.backends.slurm.wire import JobRecord, JobRequest
 
 __all__ = [
@@ -104,6 +107,9 @@ def job_request(spec: JobSpec, settings: SlurmJobSettings) -> JobRequest:
         f"exec {launch}{shlex.join(spec.command)}\n"
     )
     environment = {"PATH": BASE_PATH, **spec.env, "IGNARA_JOB": spec.workload_id}
+    # Validated by the API before it was stored; converted again, as any stored input.
+    asked = msgspec.convert(spec.options.get("slurm", {}), SlurmOptions)
+    comment = f"ignara {spec.workload_id}"
     return JobRequest(
         name=spec.workload_id,
         script=script,
@@ -117,7 +123,13 @@ def job_request(spec: JobSpec, settings: SlurmJobSettings) -> JobRequest:
         time_limit_minutes=max(1, -(-spec.max_runtime_seconds // 60)),
         partition=settings.partition,
         account=settings.account,
-        comment=f"ignara {spec.workload_id}",
+        comment=f"{comment}: {asked.comment}" if asked.comment else comment,
+        constraints=asked.constraint,
+        qos=asked.qos,
+        exclusive=asked.exclusive,
+        time_minimum_minutes=asked.time_min,
+        nice=asked.nice,
+        reservation=asked.reservation,
     )
 
 

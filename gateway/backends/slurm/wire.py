@@ -47,6 +47,13 @@ class JobRequest:
     partition: str = ""
     account: str = ""
     comment: str = ""
+    # From the workload's own ``slurm`` section (options.SlurmOptions); None: not asked.
+    constraints: str | None = None
+    qos: str | None = None
+    exclusive: bool | None = None
+    time_minimum_minutes: int | None = None
+    nice: int | None = None
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,20 @@ class V0038:
             job["account"] = request.account
         if request.comment:
             job["comment"] = request.comment
+        if request.constraints is not None:
+            job["constraints"] = request.constraints
+        if request.qos is not None:
+            job["qos"] = request.qos
+        if request.exclusive:
+            # 0.0.38 parses sbatch's words ("exclusive", "user", "mcs", "oversubscribe"),
+            # not a boolean; not exclusive is Slurm's default, so False sends nothing.
+            job["exclusive"] = "exclusive"
+        if request.time_minimum_minutes is not None:
+            job["time_minimum"] = request.time_minimum_minutes
+        if request.nice is not None:
+            job["nice"] = request.nice
+        if request.reservation is not None:
+            job["reservation"] = request.reservation
         return {"script": request.script, "job": job}
 
     def submitted_job_id(self, body: bytes) -> int:
