@@ -48,6 +48,13 @@ class _NoAnswerError(Exception):
     """The database has not answered a lookup in time (the lookup goes on)."""
 
 
+class _UnreachableError(Exception):
+    """The database could not be reached for a lookup (the driver's error is the cause).
+
+    Told apart inside the lookup's own task, where the driver's frames are certainly on
+    the error's traceback: every caller waiting on that task gets this one instead."""
+
+
 class CachedApiKeyStore:
     """Keeps what a lookup found (or that nothing was found) for ``ttl`` seconds, and
     writes ``last_used`` at most every ``touch_every`` seconds per key, so an inference
@@ -106,10 +113,8 @@ class CachedApiKeyStore:
             return await self._lookup(key_id, now)
         except _NoAnswerError as err:
             self._outage.failed(err)
-        except DATABASE_ERRORS as err:
-            if not database_unavailable(err):
-                raise
-            self._outage.failed(err)
+        except _UnreachableError as err:
+            self._outage.failed(err.__cause__)
         return self._last_read(key_id)
 
     async def touch(self, key_id: str, when: datetime) -> None:
@@ -157,7 +162,12 @@ class CachedApiKeyStore:
 
     async def _read_now(self, key_id: str, now: float, generation: int) -> StoredKey | None:
         began = self._outage.now()
-        stored = await self._inner.get(key_id)
+        try:
+            stored = await self._inner.get(key_id)
+        except DATABASE_ERRORS as err:
+            if database_unavailable(err):
+                raise _UnreachableError(str(err)) from err
+            raise
         self._outage.recovered(began)
         if generation != self._generation:
             return stored  # it may have read the key before a revocation cleared the cache

@@ -3,6 +3,7 @@ now and then, its end); and which errors mean the database is out of reach."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from gateway.auth.errors import DatabaseUnavailableError
+from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.outages import Outage, database_unavailable
 from tenants import Database
 from tests.support.gateways import free_port
@@ -110,3 +113,17 @@ def test_a_call_begun_before_the_outage_does_not_end_it(
         "database down: ConnectionRefusedError",
         "database back after 0.5 s: 1 calls failed meanwhile",
     ]
+
+
+async def test_many_callers_of_one_key_lookup_all_hear_the_database_is_down() -> None:
+    """Callers that share one lookup get its error re-raised each: every one must be told
+    "unavailable" (503), not the bare driver error (a 500), however many there are."""
+    database = Database("postgresql://ignara@127.0.0.1:1/nothing-listens")
+    store = CachedApiKeyStore(SqlApiKeyStore(database))
+    try:
+        results = await asyncio.gather(
+            *(store.get("k" * 12) for _ in range(32)), return_exceptions=True
+        )
+    finally:
+        await database.dispose()
+    assert [type(r) for r in results] == [DatabaseUnavailableError] * 32, results
