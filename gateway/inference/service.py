@@ -63,6 +63,13 @@ QUEUE_HEADER = "x-ignara-queue"
 PRIORITY_HEADER = "x-ignara-priority"
 MAX_PRIORITY = 1000
 CLIENT_CLOSED = 499  # the status usage records give a call its caller abandoned
+# A settle the ledger could not take is tried again (the reservation would otherwise
+# stay charged against day and month budgets): first after this long, doubling up to
+# the most, for at most this long in all, or until the gateway stops (then a live
+# gateway's reclaim of this one's lease settles it, or its window and period end).
+SETTLE_RETRY_FIRST_SECONDS = 0.25
+SETTLE_RETRY_MAX_DELAY_SECONDS = 5.0
+SETTLE_RETRY_SECONDS = 600.0
 _PRIVATE = "x-ignara-"
 _FORWARDED_RESPONSE_HEADERS = ("x-request-id",)
 _decoder = msgspec.json.Decoder()
@@ -145,6 +152,7 @@ class InferenceService:
         self.cap_output = cap_output
         self.cut_margin = cut_margin
         self._settling: set[asyncio.Task[None]] = set()
+        self._draining = False  # in drain(): settles the ledger refuses are not tried again
 
     # -- the routes ----------------------------------------------------------------------
 
@@ -198,9 +206,14 @@ class InferenceService:
         return await self._whole(context, response)
 
     async def drain(self) -> None:
-        """Wait for the accounting of finished streams (at shutdown)."""
-        if self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+        """Wait for the accounting of finished streams (at shutdown): settles the ledger
+        refuses meanwhile are not tried again."""
+        self._draining = True
+        try:
+            if self._settling:
+                await asyncio.gather(*self._settling, return_exceptions=True)
+        finally:
+            self._draining = False
 
     # -- 1 and 3: policy ----------------------------------------------------------------
 
@@ -468,10 +481,7 @@ class InferenceService:
     async def _settle(self, context: _Context, outcome: _Outcome) -> None:
         grant = context.grant
         used = outcome.prompt + outcome.completion
-        try:
-            await self.ledger.reconcile(grant, amounts_for(grant.amounts, used), now=self.clock())
-        except LedgerUnavailableError as err:  # it expires with its window instead
-            self.ledger_outage.failed(err)
+        await self._settle_retrying(grant, amounts_for(grant.amounts, used))
         if used < context.prompt + context.call.completion_tokens:
             self.waiting.notify(context.queue, grant.flavor)
         if outcome.reported:
@@ -483,12 +493,37 @@ class InferenceService:
 
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
         """The call produced nothing: the whole reservation goes back."""
-        try:
-            await self.ledger.release(context.grant, now=self.clock())
-        except LedgerUnavailableError as err:  # it expires with its window instead
-            self.ledger_outage.failed(err)
+        nothing = dict.fromkeys(context.grant.amounts, 0)
+        if not await self._reconcile(context.grant, nothing):
+            self._background(self._settle_retrying(context.grant, nothing))
         self.waiting.notify(context.queue, context.grant.flavor)
         self._record(context, _Outcome(0, 0, status, endpoint, context.call.stream))
+
+    async def _reconcile(self, grant: Grant, actual: Mapping[str, int]) -> bool:
+        """Settle ``grant`` at ``actual``; False if the ledger could not be reached. A
+        settle is taken once: one the ledger took though its answer was lost settles
+        nothing more when tried again."""
+        try:
+            await self.ledger.reconcile(grant, actual, now=self.clock())
+        except LedgerUnavailableError as err:
+            self.ledger_outage.failed(err)
+            return False
+        return True
+
+    async def _settle_retrying(self, grant: Grant, actual: Mapping[str, int]) -> None:
+        """Settle ``grant``, trying again while the ledger cannot be reached."""
+        delay = SETTLE_RETRY_FIRST_SECONDS
+        give_up = time.monotonic() + SETTLE_RETRY_SECONDS
+        while not await self._reconcile(grant, actual):
+            if self._draining or time.monotonic() + delay > give_up:
+                log.warning(
+                    "reservation %s of queue %s left unsettled: the token ledger is unreachable",
+                    grant.id,
+                    grant.queue,
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, SETTLE_RETRY_MAX_DELAY_SECONDS)
 
     def _record(self, context: _Context, outcome: _Outcome) -> None:
         identity = context.identity

@@ -66,6 +66,7 @@ class FailfastGateway:
     services: Services
     http: httpx.AsyncClient
     keys: dict[str, str]
+    upstream: FakeOpenAI
 
     def auth(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys.get(key, key)}"}
@@ -113,7 +114,7 @@ async def failfast_gateway(
             )
             assert made.status_code == 201, made.text
             keys[name] = made.json()["token"]
-        gateway = FailfastGateway(url, services, http, keys)
+        gateway = FailfastGateway(url, services, http, keys, upstream)
         first = await gateway.chat("used")
         assert first.status_code == 200, first.text
         await services.inference.drain()  # its accounting done before any fault

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledgers import LedgerUnavailableError
 from gateway.settings import Settings
-from tests.faults.failfast import FailfastGateway, assert_unavailable, failfast_gateway, until
+from tests.faults.failfast import CHAT, FailfastGateway, assert_unavailable, failfast_gateway, until
 from tests.support.faults import OwnedRedis
+from tests.support.relay import Relay, relay
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +54,68 @@ async def test_a_frozen_redis_refuses_calls_at_once_and_they_work_again_after_it
     await until(gateway.chat, 200, within=5)
     again = await asyncio.gather(*(gateway.chat() for _ in range(5)))
     assert [r.status_code for r in again] == [200] * 5
+
+
+@pytest.fixture
+async def cut_off(
+    settings: Settings, owned_redis: OwnedRedis, tmp_path: Path
+) -> AsyncIterator[tuple[FailfastGateway, Relay]]:
+    """A gateway whose way to Redis goes through a relay: a network that can drop."""
+    async with (
+        relay("127.0.0.1", owned_redis.port) as way,
+        failfast_gateway(
+            settings,
+            database_url=f"sqlite:///{tmp_path / 'gw.db'}",
+            redis_url=f"redis://127.0.0.1:{way.port}/0",
+        ) as gateway,
+    ):
+        yield gateway, way
+
+
+async def test_calls_that_end_while_redis_is_out_of_reach_are_settled_once_it_is_back(
+    cut_off: tuple[FailfastGateway, Relay],
+) -> None:
+    """A stream that ends while the network to Redis drops everything cannot settle then;
+    its reservation (the whole max_tokens) must not stay charged against the queue's
+    window and budgets: it is settled at what it used once Redis is back."""
+    gateway, way = cut_off
+    ledger = gateway.services.inference.ledger
+    before = await ledger.usage("team-a", "llama", "tokens-per-minute")
+    held = asyncio.Event()
+    gateway.upstream.holds["held"] = held
+    body = {**CHAT, "max_tokens": 400, "stream": True, "user": "held"}
+
+    async def stream() -> int:
+        async with gateway.http.stream(
+            "POST", "/v1/chat/completions", json=body, headers=gateway.auth("used")
+        ) as response:
+            await response.aread()
+            return response.status_code
+
+    calls = [asyncio.create_task(stream()) for _ in range(3)]
+    while gateway.upstream.requests["/v1/chat/completions"] < 4:  # 1 made at start
+        await asyncio.sleep(0.02)
+    reserved = await ledger.usage("team-a", "llama", "tokens-per-minute") - before
+    assert reserved >= 3 * 400, reserved
+    way.freeze()
+    try:
+        held.set()
+        assert await asyncio.gather(*calls) == [200] * 3
+        await asyncio.sleep(1.5)  # their settles are lost meanwhile
+    finally:
+        way.thaw()
+    used = 3 * (1 + gateway.upstream.completion_tokens)  # "hi": one word of prompt
+
+    async def charged() -> int | None:
+        try:
+            return await ledger.usage("team-a", "llama", "tokens-per-minute") - before
+        except LedgerUnavailableError:  # a connection made while it was cut off
+            return None
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while (now := await charged()) != used:
+        assert asyncio.get_running_loop().time() < deadline, (now, used)
+        await asyncio.sleep(0.1)
 
 
 async def test_a_killed_redis_refuses_calls_at_once_and_service_resumes_when_it_restarts(
