@@ -82,9 +82,10 @@ async def test_a_gang_becomes_a_job_followed_to_its_end(
 async def test_a_second_submit_adopts_the_job_after_409_already_exists(
     api: FakeKubeApi, make_backend: Make
 ) -> None:
-    await make_backend(follow=False).submit(gang())
-    # A gateway restarted before it noted the submission submits again: no second job.
-    await make_backend(follow=False).submit(gang())
+    assert await make_backend(follow=False).submit(gang()) is False
+    # A gateway restarted before it noted the submission submits again: no second job,
+    # and the dispatcher is told it adopted one.
+    assert await make_backend(follow=False).submit(gang()) is True
     posts = [r for r in api.requests if r.method == "POST"]
     assert len(posts) == 2
     assert [key for key in api.objects if key[0] == "jobs"] == [("jobs", "abc123-1")]

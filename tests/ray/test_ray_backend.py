@@ -87,12 +87,12 @@ async def test_a_resubmit_finds_the_job_even_from_a_new_adapter(
 ) -> None:
     name = unique("once")
     job = JobSpec(name, ("sleep", "30"), {}, 120, pods=(PodShape(1),))
-    await backend.submit(job)
-    await backend.submit(job)
+    assert await backend.submit(job) is False
+    assert await backend.submit(job) is True  # found: the dispatcher records an adoption
     restarted = RayBackend("ray-east", ray.url)  # a gateway that crashed and came back
     try:
         other = JobSpec(name, ("echo", "a second job"), {}, 120, pods=(PodShape(1),))
-        await restarted.submit(other)
+        assert await restarted.submit(other) is True
         assert [j["submission_id"] for j in ray.jobs()].count(name) == 1
         assert ray_job(ray, name)["entrypoint"] == "exec timeout --kill-after=30 120 sleep 30"
         # Ray's own answer to a second POST of the id, which a racing submit would get.

@@ -89,7 +89,8 @@ class KubernetesBackend:
         server = self.client.server if self.client is not None else "?"
         return f"KubernetesBackend({self.name!r}, {server!r}, {self.settings.namespace!r})"
 
-    async def submit(self, job: JobSpec) -> None:
+    async def submit(self, job: JobSpec) -> bool:
+        """Create ``job``'s object; True when it existed already (the dispatcher adopts it)."""
         client = self._client()
         body = manifest(job, self.settings)
         kind, name = str(body["kind"]), str(body["metadata"]["name"])
@@ -104,6 +105,7 @@ class KubernetesBackend:
             self.settings.namespace,
             name,
         )
+        return not created
 
     async def status(self, workload_id: str) -> JobStatus:
         client = self._client()

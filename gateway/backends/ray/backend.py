@@ -82,16 +82,18 @@ class RayBackend:
     def __repr__(self) -> str:  # never the token
         return f"RayBackend({self.name!r}, {self.client.url!r})"
 
-    async def submit(self, job: JobSpec) -> None:
+    async def submit(self, job: JobSpec) -> bool:
+        """Submit ``job``; True when Ray already had it (the dispatcher adopts it)."""
         self._check_open()
         if await self.client.job(job.workload_id) is not None:
-            return  # submitted before (e.g. by a gateway that crashed before it noted it)
+            return True  # submitted before (e.g. by a gateway that crashed before it noted it)
         try:
             await self.client.submit(job_request(job))
         except RayJobExistsError:
-            return  # submitted meanwhile by another pass or gateway: the same job
+            return True  # submitted meanwhile by another pass or gateway: the same job
         self._seen_pending.add(job.workload_id)
         log.info("submitted %s to Ray backend %s", job.workload_id, self.name)
+        return False
 
     async def status(self, workload_id: str) -> JobStatus:
         self._check_open()
