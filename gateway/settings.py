@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Self
 
 from gateway.backends.isolation import IsolationSettings
 
@@ -50,17 +51,20 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
-class BackendSecretRule:
-    """Which environment variables a backend's ``token_env`` may name.
+class VariableRule:
+    """Which environment variables an admin's config may name as a secret to send out:
+    those starting with ``prefix`` (not the prefix alone) or listed in ``names``. Each
+    kind of secret is a subclass naming its default prefix and its two variables."""
 
-    The gateway sends that variable's value to the backend's URL, which an admin chooses,
-    so only variables starting with ``prefix`` (IGNARA_ALLOWED_BACKEND_SECRET_PREFIX,
-    default ``IGNARA_SLURM_``; empty: none by prefix) or listed in ``names``
-    (IGNARA_ALLOWED_BACKEND_SECRETS, comma-separated) may be named.
-    """
-
-    prefix: str = "IGNARA_SLURM_"
+    prefix: str = ""
     names: frozenset[str] = frozenset()
+
+    # What the messages call these variables, and the operator's variables that set
+    # ``prefix`` and ``names``.
+    subject: ClassVar[str]
+    allow_list: ClassVar[str]
+    prefix_variable: ClassVar[str]
+    names_variable: ClassVar[str]
 
     def allows(self, name: str) -> bool:
         by_prefix = bool(self.prefix) and name.startswith(self.prefix) and name != self.prefix
@@ -71,21 +75,38 @@ class BackendSecretRule:
         if self.names:
             rules.append(f"be one of {', '.join(sorted(self.names))}")
         if not rules:
-            return "no variable may be (the operator's allow-list of backend secrets is empty)"
+            return f"no variable may be (the operator's allow-list of {self.allow_list} is empty)"
         return (
-            "backend secret variables must "
+            f"{self.subject} variables must "
             + " or ".join(rules)
-            + " (the operator's IGNARA_ALLOWED_BACKEND_SECRET_PREFIX / "
-            "IGNARA_ALLOWED_BACKEND_SECRETS)"
+            + f" (the operator's {self.prefix_variable} / {self.names_variable})"
         )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> BackendSecretRule:
-        names = env.get("IGNARA_ALLOWED_BACKEND_SECRETS", "")
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        names = env.get(cls.names_variable, "")
         return cls(
-            prefix=env.get("IGNARA_ALLOWED_BACKEND_SECRET_PREFIX", cls.prefix).strip(),
+            prefix=env.get(cls.prefix_variable, cls.prefix).strip(),
             names=frozenset(n.strip() for n in names.split(",") if n.strip()),
         )
+
+
+@dataclass(frozen=True)
+class BackendSecretRule(VariableRule):
+    """Which environment variables a backend's ``token_env`` may name.
+
+    The gateway sends that variable's value to the backend's URL, which an admin chooses,
+    so only variables starting with ``prefix`` (IGNARA_ALLOWED_BACKEND_SECRET_PREFIX,
+    default ``IGNARA_SLURM_``; empty: none by prefix) or listed in ``names``
+    (IGNARA_ALLOWED_BACKEND_SECRETS, comma-separated) may be named.
+    """
+
+    prefix: str = "IGNARA_SLURM_"
+
+    subject = "backend secret"
+    allow_list = "backend secrets"
+    prefix_variable = "IGNARA_ALLOWED_BACKEND_SECRET_PREFIX"
+    names_variable = "IGNARA_ALLOWED_BACKEND_SECRETS"
 
 
 @dataclass(frozen=True)
@@ -112,7 +133,7 @@ class PolicySettings:
 
 
 @dataclass(frozen=True)
-class UpstreamKeyRule:
+class UpstreamKeyRule(VariableRule):
     """Which environment variables a model endpoint's ``api_key_env`` may name.
 
     The gateway sends that variable's value to the endpoint (as a bearer token, and
@@ -123,31 +144,11 @@ class UpstreamKeyRule:
     """
 
     prefix: str = "IGNARA_UPSTREAM_KEY_"
-    names: frozenset[str] = frozenset()
 
-    def allows(self, name: str) -> bool:
-        by_prefix = bool(self.prefix) and name.startswith(self.prefix) and name != self.prefix
-        return by_prefix or name in self.names
-
-    def describe(self) -> str:
-        rules = [f"start with {self.prefix}"] if self.prefix else []
-        if self.names:
-            rules.append(f"be one of {', '.join(sorted(self.names))}")
-        if not rules:
-            return "no variable may be (the operator's allow-list of upstream keys is empty)"
-        return (
-            "upstream key variables must "
-            + " or ".join(rules)
-            + " (the operator's IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX / IGNARA_ALLOWED_UPSTREAM_KEYS)"
-        )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> UpstreamKeyRule:
-        names = env.get("IGNARA_ALLOWED_UPSTREAM_KEYS", "")
-        return cls(
-            prefix=env.get("IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX", cls.prefix).strip(),
-            names=frozenset(n.strip() for n in names.split(",") if n.strip()),
-        )
+    subject = "upstream key"
+    allow_list = "upstream keys"
+    prefix_variable = "IGNARA_ALLOWED_UPSTREAM_KEY_PREFIX"
+    names_variable = "IGNARA_ALLOWED_UPSTREAM_KEYS"
 
 
 @dataclass(frozen=True)
