@@ -21,6 +21,7 @@ from tests.conftest import ADMIN_KEY
 
 # The gateway-driving helpers the Slurm stories use serve these just as well.
 from tests.slurm.test_slurm_gateway import Api, ThreadedRelay
+from tests.support.gangs import gang, gang_config
 from tests.support.ray import RayHead
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
@@ -29,48 +30,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def config(url: str) -> dict[str, Any]:
-    return {
-        "backends": [
-            {"name": "ray-east", "kind": "ray", "url": url, "timeout_seconds": 2},
-            {"name": "local", "kind": "local"},
-        ],
-        "flavors": [{"name": "h100", "backend": "ray-east"}],
-        "cluster_queues": [
-            {
-                "name": "team-a",
-                "preemption": {"within_cluster_queue": "LowerPriority"},
-                "resource_groups": [
-                    {
-                        "resources": ["nvidia.com/gpu", "cpu"],
-                        "flavors": [
-                            {
-                                "name": "h100",
-                                "quotas": {
-                                    "nvidia.com/gpu": {"nominal": 2},
-                                    "cpu": {"nominal": "8"},
-                                },
-                            }
-                        ],
-                    }
-                ],
-            }
-        ],
-        "tenants": [{"name": "alpha", "queues": ["team-a"]}],
-    }
-
-
-def gang(name: str, command: str, priority: int = 0) -> dict[str, Any]:
-    """2 pods x 1 GPU; naming no backend: the h100 flavor sends it to Ray."""
-    return {
-        "name": name,
-        "queue": "team-a",
-        "priority": priority,
-        "pod_sets": [
-            {"name": "workers", "count": 2, "requests": {"nvidia.com/gpu": 1, "cpu": "500m"}}
-        ],
-        "max_runtime_seconds": 600,
-        "job": {"command": ["/bin/sh", "-c", command]},
-    }
+    return gang_config({"name": "ray-east", "kind": "ray", "url": url, "timeout_seconds": 2})
 
 
 def ray_job(head: RayHead, submission_id: str) -> dict[str, Any]:

@@ -6,15 +6,13 @@ time, so the second gateway cannot know it), and the quota comes back."""
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.ray.test_ray_gateway import config, gang
+from tests.ray.test_ray_gateway import config
+from tests.support.gangs import gang, until
 from tests.support.gateways import gateway_processes
 from tests.support.ray import RayHead
 
@@ -22,18 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
 
 ADMIN_KEY = "ray-restart-bootstrap-admin-key-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-
-def until(
-    http: httpx.Client, path: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = http.get(path).json()
-        if done(body):
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.3)
 
 
 def test_a_gateway_killed_while_its_gang_runs_on_ray_is_followed_by_the_next_one(

@@ -1,5 +1,5 @@
-"""What the Slurm end-to-end tests share: the config declaring the Slurm backend, a
-2-pod x 1-GPU gang, and reading jobs back from slurmrestd itself."""
+"""What the Slurm end-to-end tests share: the config declaring the Slurm backend (the
+gang itself is tests/support/gangs.py's), and reading jobs back from slurmrestd itself."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.support.gangs import gang_config
 from tests.support.relay import Relay
 from tests.support.slurm import SlurmCluster
 
@@ -16,58 +17,19 @@ TOKEN_ENV = "IGNARA_SLURM_TOKEN"
 
 
 def config(cluster: SlurmCluster, url: str | None = None) -> dict[str, Any]:
-    return {
-        "backends": [
-            {
-                "name": "hpc",
-                "kind": "slurm",
-                "url": url or cluster.url,
-                "timeout_seconds": 2,
-                "token_env": TOKEN_ENV,
-                "user": cluster.user,
-                "partition": cluster.partition,
-                "api_version": "v0.0.38",
-                "output_dir": str(cluster.directory / "gateway-jobs"),
-            },
-            {"name": "local", "kind": "local"},
-        ],
-        "flavors": [{"name": "h100", "backend": "hpc"}],
-        "cluster_queues": [
-            {
-                "name": "team-a",
-                "preemption": {"within_cluster_queue": "LowerPriority"},
-                "resource_groups": [
-                    {
-                        "resources": ["nvidia.com/gpu", "cpu"],
-                        "flavors": [
-                            {
-                                "name": "h100",
-                                "quotas": {
-                                    "nvidia.com/gpu": {"nominal": 2},
-                                    "cpu": {"nominal": "8"},
-                                },
-                            }
-                        ],
-                    }
-                ],
-            }
-        ],
-        "tenants": [{"name": "alpha", "queues": ["team-a"]}],
-    }
-
-
-def gang(name: str, command: str, priority: int = 0) -> dict[str, Any]:
-    """2 pods x 1 GPU; naming no backend: the h100 flavor sends it to Slurm."""
-    return {
-        "name": name,
-        "queue": "team-a",
-        "priority": priority,
-        "pod_sets": [
-            {"name": "workers", "count": 2, "requests": {"nvidia.com/gpu": 1, "cpu": "500m"}}
-        ],
-        "max_runtime_seconds": 600,
-        "job": {"command": ["/bin/sh", "-c", command]},
-    }
+    return gang_config(
+        {
+            "name": "hpc",
+            "kind": "slurm",
+            "url": url or cluster.url,
+            "timeout_seconds": 2,
+            "token_env": TOKEN_ENV,
+            "user": cluster.user,
+            "partition": cluster.partition,
+            "api_version": "v0.0.38",
+            "output_dir": str(cluster.directory / "gateway-jobs"),
+        }
+    )
 
 
 def slurm_job(cluster: SlurmCluster, job_id: str) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from tests.slurm.helpers import (
     TOKEN_ENV,
     ThreadedRelay,
     config,
-    gang,
     jobs_named,
     slurm_job,
 )
+from tests.support.gangs import gang
 from tests.support.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.slurm.helpers import TOKEN_ENV, ThreadedRelay, config, gang, jobs_named
+from tests.slurm.helpers import TOKEN_ENV, ThreadedRelay, config, jobs_named
+from tests.support.gangs import gang, until
 from tests.support.gateways import gateway_processes
 from tests.support.slurm import SlurmCluster
 
@@ -23,18 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("slurm_jobs")]
 
 ADMIN_KEY = "slurm-lifecycle-bootstrap-admin-key-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-
-def until(
-    http: httpx.Client, path: str, done: Callable[[dict[str, Any]], bool], timeout: float = 90
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = http.get(path).json()
-        if done(body):
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.3)
 
 
 @pytest.fixture
