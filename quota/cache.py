@@ -10,8 +10,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from quota.model import Admission, ClusterQueueSpec, CohortSpec, QuotaConfig, Workload, iter_quotas
+from quota.budgets import (
+    budgets_of,
+    is_budget,
+    metered,
+    needs_budget,
+    overlap_seconds,
+    scale_quota,
+    strip_budgets,
+    use,
+    with_budgets,
+)
+from quota.model import (
+    Admission,
+    ClusterQueueSpec,
+    CohortSpec,
+    QuotaConfig,
+    ResourceGroup,
+    ResourceQuota,
+    Workload,
+    iter_quotas,
+)
+from quota.periods import period_start, seconds_between
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, add_usage, remove_usage
 
@@ -26,6 +48,8 @@ class AdmittedWorkload:
     admission: Admission
     usage: dict[FlavorResource, int]
     admitted_at: float
+    # When its run began on the budget clock (what its GPU-hours are counted from).
+    started: datetime | None = None
 
     @property
     def name(self) -> str:
@@ -40,9 +64,7 @@ class CohortNode(ResourceNode):
     __slots__ = ("child_cohorts", "child_queues", "height", "spec")
 
     def __init__(self, spec: CohortSpec) -> None:
-        super().__init__(
-            spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight)
-        )
+        super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
@@ -61,13 +83,12 @@ class CohortNode(ResourceNode):
 
 
 class ClusterQueueNode(ResourceNode):
-    __slots__ = ("admitted", "group_of", "spec")
+    __slots__ = ("admitted", "budgets", "group_of", "spec")
 
     def __init__(self, spec: ClusterQueueSpec) -> None:
-        super().__init__(
-            spec.name, dict(iter_quotas(spec.resource_groups)), float(spec.fair_weight)
-        )
+        super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
         self.spec = spec
+        self.budgets = budgets_of(spec)  # metered resource -> budget resource
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.group_of = {
             resource: index
@@ -99,6 +120,9 @@ class ClusterState:
     # Bumped on every admission or release in a tree (by id of its root): Kueue's
     # allocatable-resource generation, which tells a stale flavor scan apart.
     generations: dict[int, int] = field(default_factory=dict)
+    # The budget clock, and what each queue was charged this period (tree units).
+    now: datetime = datetime(2026, 11, 1, tzinfo=UTC)
+    charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: QuotaConfig) -> ClusterState:
@@ -161,11 +185,97 @@ class ClusterState:
         self.generations[root] = self.generations.get(root, 0) + 1
 
     def release(self, name: str) -> AdmittedWorkload:
+        """The workload's run ends now: its quota and commitment are released, and
+        what it really used of each budget this period is charged."""
         record = self.admitted[name]
         queue = self.detach(record)
+        if record.started is not None:
+            ran = seconds_between(record.started, self.now)
+            for fr in record.usage:
+                if is_budget(fr.resource):
+                    held = record.usage.get(FlavorResource(fr.flavor, metered(fr.resource)), 0)
+                    seconds = overlap_seconds(
+                        record.started, ran, self.config.budget_period, self.now
+                    )
+                    self.charge_budget(queue, fr, use(held, seconds))
         root = id(self.root_of(queue))
         self.generations[root] = self.generations.get(root, 0) + 1
         return record
+
+    # -- budgets -------------------------------------------------------------------------
+
+    def charge_budget(self, queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> None:
+        """Charge a queue for budget used this period (a run that ended)."""
+        if amount <= 0:
+            return
+        charged = self.charged.setdefault(queue.name, {})
+        charged[fr] = charged.get(fr, 0) + amount
+        add_usage(queue, fr, amount)
+
+    def with_budgets(self, workload: Workload, started: datetime | None = None) -> Workload:
+        """``workload`` asking, besides its resources, for the budget a run started at
+        ``started`` (default: now) commits this period; unchanged if it needs none.
+        Raises ``LookupError`` when it needs budget but has no max runtime."""
+        queue = self.queues[workload.cluster_queue]
+        if not needs_budget(workload, queue.budgets):
+            return workload
+        runtime = workload.max_runtime or queue.spec.default_max_runtime
+        if runtime is None:
+            raise LookupError(workload.name)
+        return with_budgets(
+            workload,
+            queue.budgets,
+            runtime,
+            self.now if started is None else started,
+            self.config.budget_period,
+            self.now,
+        )
+
+    def advance(self, moment: datetime) -> bool:
+        """Move the budget clock to ``moment``; returns whether a new period began
+        (charges restart at zero, and running workloads commit what is left of their
+        max runtime inside it)."""
+        rolled = period_start(self.config.budget_period, moment) != period_start(
+            self.config.budget_period, self.now
+        )
+        self.now = moment
+        if not rolled:
+            return False
+        for name, charged in self.charged.items():
+            self.refund(self.queues[name], charged)
+        self.charged.clear()
+        for record in list(self.admitted.values()):
+            if record.started is None or not any(is_budget(fr.resource) for fr in record.usage):
+                continue
+            self.detach(record)
+            record.workload = self.with_budgets(strip_budgets(record.workload), record.started)
+            record.usage = record.admission.usage(record.workload)
+            self.attach(record)
+        for root in self.roots():
+            self.generations[id(root)] = self.generations.get(id(root), 0) + 1
+        return True
+
+    def budget_levels(self) -> dict[str, dict[FlavorResource, tuple[int, int]]]:
+        """For each queue and cohort with a budget below it: per budget flavor-resource,
+        (charged, committed) this period, a cohort's summed over its subtree."""
+        levels: dict[str, dict[FlavorResource, tuple[int, int]]] = {}
+        for queue in self.queues.values():
+            frs = [fr for fr in queue.quotas if is_budget(fr.resource)]
+            if not frs:
+                continue
+            charged = self.charged.get(queue.name, {})
+            mine = levels.setdefault(queue.name, {})
+            for fr in frs:
+                committed = sum(r.usage.get(fr, 0) for r in queue.admitted.values())
+                mine[fr] = (charged.get(fr, 0), committed)
+            node = queue.cohort
+            while node is not None:
+                totals = levels.setdefault(node.name, {})
+                for fr in frs:
+                    before = totals.get(fr, (0, 0))
+                    totals[fr] = (before[0] + mine[fr][0], before[1] + mine[fr][1])
+                node = node.cohort
+        return levels
 
     def attach(self, record: AdmittedWorkload) -> ClusterQueueNode:
         """Make ``record`` hold its quota (no generation change: for simulations)."""
@@ -204,6 +314,10 @@ class ClusterState:
     def refund(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
         for fr, amount in usage.items():
             remove_usage(queue, fr, amount)
+
+
+def _quotas(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, ResourceQuota]:
+    return {fr: scale_quota(fr.resource, quota) for fr, quota in iter_quotas(groups)}
 
 
 def _set_subtree_quotas(cohort: CohortNode) -> None:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from quota.budgets import DurationError, is_budget, metered, parse_duration
 from quota.errors import ConfigError
 from quota.model import (
     BorrowWithinCohortPolicy,
@@ -31,6 +32,7 @@ from quota.model import (
     WhenCanPreempt,
     WithinClusterQueue,
 )
+from quota.periods import BudgetPeriod
 from quota.resources import QuantityError, parse_quantity
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "CohortDoc",
     "QuotaDocument",
     "decode",
+    "duration_at",
     "parse_quota_config",
     "parse_weight",
     "quantity_at",
@@ -45,6 +48,7 @@ __all__ = [
 ]
 
 Quantity = str | int | float
+Duration = str | int | float
 T = TypeVar("T")
 
 
@@ -100,6 +104,7 @@ class ClusterQueueDoc(_Doc):
     flavor_fungibility: FlavorFungibilityDoc | None = None
     fair_weight: Quantity = 1
     stopped: bool = False
+    default_max_runtime: Duration | None = None
 
 
 class QuotaDocument(_Doc):
@@ -107,6 +112,7 @@ class QuotaDocument(_Doc):
     cohorts: list[CohortDoc] = []
     cluster_queues: list[ClusterQueueDoc] = []
     fair_sharing: bool = False
+    budget_period: BudgetPeriod = BudgetPeriod.MONTH
 
 
 def decode(data: Any, doc_type: type[T], error: type[ConfigError] = ConfigError) -> T:
@@ -123,6 +129,13 @@ def quantity_at(path: str, value: Quantity, error: type[ConfigError] = ConfigErr
     try:
         return parse_quantity(value)
     except QuantityError as err:
+        raise error(f"{path}: {err}") from None
+
+
+def duration_at(path: str, value: Duration, error: type[ConfigError] = ConfigError) -> Fraction:
+    try:
+        return parse_duration(value)
+    except DurationError as err:
         raise error(f"{path}: {err}") from None
 
 
@@ -166,6 +179,7 @@ def to_quota_config(doc: QuotaDocument, error: type[ConfigError] = ConfigError) 
         cohorts=cohorts,
         cluster_queues=queues,
         fair_sharing=doc.fair_sharing,
+        budget_period=doc.budget_period,
     )
 
 
@@ -193,6 +207,11 @@ def _cluster_queue(
         ),
         fair_weight=parse_weight(f"{path}.fair_weight", doc.fair_weight, error),
         stopped=doc.stopped,
+        default_max_runtime=(
+            None
+            if doc.default_max_runtime is None
+            else duration_at(f"{path}.default_max_runtime", doc.default_max_runtime, error)
+        ),
     )
 
 
@@ -212,6 +231,12 @@ def _groups(
                     f"resource_groups[{seen_resources[resource]}]; a resource may be in one group"
                 )
             seen_resources[resource] = g
+        for resource in group.resources:
+            if is_budget(resource) and metered(resource) not in group.resources:
+                raise error(
+                    f"{gpath}.resources: budget resource {resource!r} must be in the same"
+                    f" group as the resource it meters, {metered(resource)!r}"
+                )
         _unique(f"{gpath}.flavors", (f.name for f in group.flavors), error)
         groups.append(
             ResourceGroup(
@@ -244,8 +269,11 @@ def _flavor_quotas(
             borrowing_limit=_optional(f"{qpath}.borrowing_limit", quota.borrowing_limit, error),
             lending_limit=_optional(f"{qpath}.lending_limit", quota.lending_limit, error),
         )
-    # A resource a flavor does not mention has no quota in it (nominal 0).
+    # A resource a flavor does not mention has no quota in it (nominal 0); a budget
+    # must be said, since an unsaid one would quietly forbid every metered request.
     for resource in resources:
+        if is_budget(resource) and resource not in quotas:
+            raise error(f"{path}.quotas: no quota for budget resource {resource!r}")
         quotas.setdefault(resource, ResourceQuota(nominal=0))
     return FlavorQuotas(name=doc.name, quotas=quotas)
 

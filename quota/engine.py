@@ -3,14 +3,19 @@ workloads, run admission cycles, read decisions and reasons."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
 
-from quota.cache import AdmittedWorkload, ClusterState
+from quota.budgets import from_hours, is_budget, needs_budget, strip_budgets
+from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.errors import WorkloadError
-from quota.model import Admission, QuotaConfig, Workload
+from quota.model import Admission, PodSetAssignment, QuotaConfig, Workload
 from quota.queues import QueueManager
 from quota.reasons import PendingReason, ReasonCode
+from quota.resources import FlavorResource
 from quota.scheduler import CycleResult, Preemption, Scheduler
 
 __all__ = ["QuotaEngine"]
@@ -29,11 +34,18 @@ class QuotaEngine:
         cycle.admitted, cycle.preempted, engine.reason("w2")
     """
 
-    def __init__(self, config: QuotaConfig, *, clock: Clock = time.time) -> None:
+    def __init__(
+        self, config: QuotaConfig, *, clock: Clock = time.time, now: datetime | None = None
+    ) -> None:
+        """``clock`` orders admissions; ``now`` is the budget clock's time (UTC),
+        moved only by :meth:`advance_to`."""
         self.config = config
         self.state = ClusterState.build(config)
+        self.state.now = now if now is not None else datetime.now(UTC)
         self.queues = QueueManager(config.cluster_queues)
         self._pending: dict[str, Workload] = {}
+        # Pending workloads that need budget but have no max runtime: never tried.
+        self._unrunnable: set[str] = set()
         self._reasons: dict[str, PendingReason] = {}
         self._preemptions: dict[str, Preemption] = {}
         self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
@@ -54,6 +66,12 @@ class QuotaEngine:
         if workload is None:
             return None
         queue = workload.cluster_queue
+        if name in self._unrunnable:
+            return PendingReason(
+                ReasonCode.MAX_RUNTIME_REQUIRED,
+                f"needs a max runtime: cluster queue {queue} meters it against a GPU-hour"
+                " budget and has no default_max_runtime",
+            )
         if self.state.queues[queue].spec.stopped:
             return PendingReason(ReasonCode.QUEUE_STOPPED, f"cluster queue {queue} is stopped")
         return self._reasons.get(name) or PendingReason(
@@ -70,12 +88,19 @@ class QuotaEngine:
         """Queue a new workload; it waits for a cycle to admit it."""
         self._check_new(workload)
         self._pending[workload.name] = workload
-        self.queues.add(workload)
+        self._enqueue(workload)
 
     def add_admitted(
-        self, workload: Workload, admission: Admission, *, admitted_at: float | None = None
+        self,
+        workload: Workload,
+        admission: Admission,
+        *,
+        admitted_at: float | None = None,
+        started: datetime | None = None,
     ) -> None:
-        """Record a workload that already holds quota (e.g. restored from storage)."""
+        """Record a workload that already holds quota (e.g. restored from storage).
+        ``started`` (default: now) is when its run began on the budget clock; its
+        commitment is counted from then, not checked against the budget."""
         self._check_new(workload)
         if admission.cluster_queue != workload.cluster_queue:
             raise WorkloadError(f"workload {workload.name!r} is admitted in another queue")
@@ -83,12 +108,19 @@ class QuotaEngine:
         unknown = [p.name for p in admission.pod_sets if p.name not in known]
         if unknown:
             raise WorkloadError(f"workload {workload.name!r} has no pod set {unknown[0]!r}")
+        began: datetime | None = self.state.now if started is None else started
+        try:
+            workload = self.state.with_budgets(workload, started or self.state.now)
+            admission = _with_budget_flavors(admission, self.state.queues[workload.cluster_queue])
+        except LookupError:
+            began = None  # no max runtime: nothing to commit, nothing to charge
         self.state.admit(
             AdmittedWorkload(
                 workload=workload,
                 admission=admission,
                 usage=admission.usage(workload),
                 admitted_at=workload.created if admitted_at is None else admitted_at,
+                started=began,
             )
         )
 
@@ -109,6 +141,7 @@ class QuotaEngine:
             workload = self._pending.pop(name)
             self._reasons.pop(name, None)
             self._preemptions.pop(name, None)
+            self._unrunnable.discard(name)
             self.queues.remove(workload)
             self._scheduler.forget(name)
         else:
@@ -122,7 +155,9 @@ class QuotaEngine:
             self._reasons.pop(record.name, None)
             self._preemptions.pop(record.name, None)
         for record in result.preempted_records:
-            self._pending[record.name] = record.workload
+            # A new run later: its commitment is counted again from its new admission.
+            self._pending[record.name] = strip_budgets(record.workload)
+            self._enqueue(self._pending[record.name])
         self._reasons.update(result.reasons)
         self._preemptions.update(result.preemptions)
         return result
@@ -152,7 +187,53 @@ class QuotaEngine:
                 return
             tried.update(result.heads)
 
+    # -- budgets -------------------------------------------------------------------------
+
+    @property
+    def now(self) -> datetime:
+        return self.state.now
+
+    def advance_to(self, moment: datetime) -> None:
+        """Move the budget clock forward. Crossing into a new period restarts charges at
+        zero and recounts running workloads' commitments; pending workloads are
+        tried again with what they would now commit. Nothing is scheduled."""
+        if moment < self.state.now:
+            raise WorkloadError(f"the clock cannot go back (from {self.state.now} to {moment})")
+        rolled = self.state.advance(moment)
+        for workload in self._pending.values():
+            if needs_budget(workload, self.state.queues[workload.cluster_queue].budgets):
+                self._enqueue(workload)
+        if rolled:
+            self.queues.requeue_inadmissible(self.state.queues)
+
+    def charge(self, cluster_queue: str, flavor: str, resource: str, hours: Fraction) -> None:
+        """Charge a queue for budget used this period by runs that ended (e.g. what a
+        ledger recorded); ``resource`` is a budget resource."""
+        queue = self.state.queues.get(cluster_queue)
+        if queue is None:
+            raise WorkloadError(f"unknown cluster queue {cluster_queue!r}")
+        if not is_budget(resource):
+            raise WorkloadError(f"{resource!r} is not a budget resource")
+        self.state.charge_budget(queue, FlavorResource(flavor, resource), from_hours(hours))
+
+    def budgets(self) -> dict[str, dict[FlavorResource, tuple[int, int]]]:
+        """(charged, committed) this period per level and budget flavor-resource, in
+        tree units (see :mod:`quota.budgets`)."""
+        return self.state.budget_levels()
+
     # -- helpers -------------------------------------------------------------------------
+
+    def _enqueue(self, workload: Workload) -> None:
+        """Queue ``workload`` as the tree sees it now (with what its run would commit),
+        replacing what was queued for it; or hold it back if it cannot be run."""
+        self.queues.remove(workload)
+        self._unrunnable.discard(workload.name)
+        try:
+            effective = self.state.with_budgets(workload)
+        except LookupError:
+            self._unrunnable.add(workload.name)
+            return
+        self.queues.add(effective)
 
     def _check_new(self, workload: Workload) -> None:
         if workload.cluster_queue not in self.state.queues:
@@ -164,3 +245,18 @@ class QuotaEngine:
         record = self.state.release(name)
         self._scheduler.quota_released(record.admission.cluster_queue)
         return record
+
+
+def _with_budget_flavors(admission: Admission, queue: ClusterQueueNode) -> Admission:
+    """An admission as stored may name only the metered resources; the budget that
+    meters each takes its flavor (they share a resource group)."""
+    if not queue.budgets:
+        return admission
+    pod_sets = []
+    for assigned in admission.pod_sets:
+        flavors = dict(assigned.flavors)
+        for resource, budget in queue.budgets.items():
+            if resource in flavors:
+                flavors.setdefault(budget, flavors[resource])
+        pod_sets.append(PodSetAssignment(assigned.name, assigned.count, flavors))
+    return dataclasses.replace(admission, pod_sets=tuple(pod_sets))

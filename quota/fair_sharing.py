@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from quota.budgets import is_budget
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, potential_available
 
@@ -65,6 +66,8 @@ def dominant_resource_share(node: ResourceNode) -> DRS:
     borrowed: dict[str, int] = {}
     borrowed_frs = []
     for fr, quota in node.subtree_quota.items():
+        if is_budget(fr.resource):
+            continue  # budgets are not shares of the pool
         over = node.usage.get(fr, 0) - quota
         if over > 0:
             borrowed[fr.resource] = borrowed.get(fr.resource, 0) + over

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from quota.budgets import is_budget
 from quota.cache import ClusterQueueNode, CohortNode
 from quota.model import (
     BorrowWithinCohortPolicy,
@@ -267,6 +268,8 @@ class FlavorAssigner:
         if amount <= queue_available(queue, fr):
             return Mode.FIT, borrow
         blockers.append(blocker_for(queue, fr, amount))
+        if is_budget(fr.resource):
+            return Mode.NO_FIT, borrow  # budgets never cause preemption
         if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
             return self.simulate(fr, amount)
         return Mode.NO_FIT, borrow

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 
+from quota.periods import BudgetPeriod
 from quota.resources import FlavorResource
 
 __all__ = [
@@ -128,6 +129,8 @@ class ClusterQueueSpec:
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     fair_weight: Fraction = Fraction(1)
     stopped: bool = False
+    # Seconds; the max runtime of a workload that gives none, for GPU-hour budgets.
+    default_max_runtime: Fraction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,7 @@ class QuotaConfig:
     cohorts: tuple[CohortSpec, ...] = ()
     cluster_queues: tuple[ClusterQueueSpec, ...] = ()
     fair_sharing: bool = False
+    budget_period: BudgetPeriod = BudgetPeriod.MONTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,7 @@ class Workload:
     pod_sets: tuple[PodSet, ...]
     priority: int = 0
     created: float = 0.0
+    max_runtime: Fraction | None = None  # seconds; what a GPU-hour budget commits
 
 
 @dataclass(frozen=True, slots=True)

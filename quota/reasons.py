@@ -6,15 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from quota.budgets import budget_label, format_hours, is_budget
 from quota.resources import FlavorResource, format_quantity
 from quota.tree import ResourceNode, available, potential_available
 
-__all__ = ["Blocker", "BlockerLevel", "PendingReason", "ReasonCode", "blocker_for"]
+__all__ = [
+    "Blocker",
+    "BlockerLevel",
+    "PendingReason",
+    "ReasonCode",
+    "blocker_for",
+    "format_amount",
+]
 
 
 class ReasonCode(StrEnum):
     INSUFFICIENT_QUOTA = "InsufficientQuota"
     EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    INSUFFICIENT_BUDGET = "InsufficientBudget"
+    EXCEEDS_MAX_BUDGET = "ExceedsMaxBudget"
+    MAX_RUNTIME_REQUIRED = "MaxRuntimeRequired"
     RESOURCE_NOT_COVERED = "ResourceNotCovered"
     NO_PREEMPTION_CANDIDATES = "NoPreemptionCandidates"
     WAITING_FOR_PREEMPTION = "WaitingForPreemptedWorkloads"
@@ -50,6 +61,12 @@ class Blocker:
         where = f"{kind} {self.name}"
         if self.code is ReasonCode.RESOURCE_NOT_COVERED:
             return f"resource {self.resource} is not covered by any resource group of {where}"
+        if is_budget(self.resource):
+            needs = f"needs {format_hours(self.requested)} {budget_label(self.resource)}"
+            left = format_hours(self.available)
+            if self.code is ReasonCode.EXCEEDS_MAX_BUDGET:
+                return f"{needs}, more than {where} can ever have for {self.flavor} ({left})"
+            return f"{needs}, {left} left in {where} for {self.flavor}"
         amount = f"{format_quantity(self.requested)} {self.resource} in flavor {self.flavor}"
         if self.code is ReasonCode.EXCEEDS_MAX_QUOTA:
             return (
@@ -76,7 +93,10 @@ def blocker_for(
     while node.parent is not None and not _limit_binds(node, fr, exceeds_max):
         node = node.parent
     level = BlockerLevel.CLUSTER_QUEUE if node is queue else BlockerLevel.COHORT
-    code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
+    if is_budget(fr.resource):
+        code = ReasonCode.EXCEEDS_MAX_BUDGET if exceeds_max else ReasonCode.INSUFFICIENT_BUDGET
+    else:
+        code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
     return Blocker(
         code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr))
     )
@@ -94,3 +114,8 @@ def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> b
     used_in_parent = max(0, node.usage.get(fr, 0) - guaranteed)
     cap = node.subtree_quota.get(fr, 0) - guaranteed - used_in_parent + limit
     return cap < available(node.parent, fr)
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """An amount as people read it: a quantity, or hours for a budget resource."""
+    return format_hours(amount) if is_budget(resource) else format_quantity(amount)

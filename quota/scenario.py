@@ -7,24 +7,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
+from quota.budgets import is_budget
 from quota.config import (
     ClusterQueueDoc,
     CohortDoc,
+    Duration,
     QuotaDocument,
     decode,
+    duration_at,
     quantity_at,
     to_quota_config,
 )
 from quota.errors import ScenarioError
 from quota.model import Admission, PodSet, PodSetAssignment, QuotaConfig, Workload
+from quota.periods import BudgetPeriod
 
 __all__ = [
+    "Advance",
     "Delete",
     "Expect",
     "ExpectedPodSet",
@@ -67,6 +75,7 @@ class WorkloadDoc(_Doc):
     created: int | float = 0
     admitted: dict[str, AdmittedPodSetDoc] | None = None
     admitted_at: int | float | None = None
+    max_runtime: Duration | None = None
 
 
 class ScheduleDoc(_Doc):
@@ -78,10 +87,17 @@ class ExpectPodSetDoc(_Doc):
     flavors: dict[str, str] | None = None
 
 
+class ExpectBudgetDoc(_Doc):
+    charged: Quantity | None = None
+    committed: Quantity | None = None
+
+
 class ExpectDoc(_Doc):
     admitted: dict[str, dict[str, ExpectPodSetDoc]] | msgspec.UnsetType = UNSET
     pending: list[str] | msgspec.UnsetType = UNSET
     preempted: list[str] | msgspec.UnsetType = UNSET
+    # level -> flavor -> budget resource -> amounts in resource-hours
+    budgets: dict[str, dict[str, dict[str, ExpectBudgetDoc]]] | msgspec.UnsetType = UNSET
 
 
 class StepDoc(_Doc):
@@ -90,6 +106,7 @@ class StepDoc(_Doc):
     submit: list[WorkloadDoc] | msgspec.UnsetType = UNSET
     finish: list[str] | msgspec.UnsetType = UNSET
     delete: list[str] | msgspec.UnsetType = UNSET
+    advance: Duration | msgspec.UnsetType = UNSET
 
 
 class ScenarioDoc(_Doc):
@@ -100,6 +117,8 @@ class ScenarioDoc(_Doc):
     cohorts: list[CohortDoc] = []
     cluster_queues: list[ClusterQueueDoc] = []
     fair_sharing: bool = False
+    clock: str | None = None
+    budget_period: BudgetPeriod = BudgetPeriod.MONTH
     workloads: list[WorkloadDoc] = []
     steps: list[StepDoc] = []
 
@@ -124,11 +143,16 @@ class ExpectedPodSet:
     flavors: dict[str, str] | None
 
 
+# level -> flavor -> budget resource -> {"charged" | "committed": hours}
+ExpectedBudgets = dict[str, dict[str, dict[str, dict[str, Decimal]]]]
+
+
 @dataclass(frozen=True)
 class Expect:
     admitted: dict[str, dict[str, ExpectedPodSet]] | None
     pending: frozenset[str] | None
     preempted: frozenset[str] | None
+    budgets: ExpectedBudgets | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +170,14 @@ class Delete:
     names: tuple[str, ...]
 
 
-Step = Schedule | Expect | Submit | Finish | Delete
+@dataclass(frozen=True)
+class Advance:
+    seconds: Fraction
+
+
+Step = Schedule | Expect | Submit | Finish | Delete | Advance
+
+DEFAULT_CLOCK = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -155,6 +186,7 @@ class Scenario:
     config: QuotaConfig
     workloads: tuple[InitialWorkload, ...]
     steps: tuple[Step, ...]
+    clock: datetime = DEFAULT_CLOCK  # the budget clock at the start
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -191,13 +223,27 @@ def parse_scenario(data: Any) -> Scenario:
             cohorts=doc.cohorts,
             cluster_queues=doc.cluster_queues,
             fair_sharing=doc.fair_sharing,
+            budget_period=doc.budget_period,
         ),
         ScenarioError,
     )
     checker = _Checker(config)
     workloads = tuple(checker.workload(f"workloads[{i}]", w) for i, w in enumerate(doc.workloads))
     steps = tuple(checker.step(f"steps[{i}]", s) for i, s in enumerate(doc.steps))
-    return Scenario(name=doc.name, config=config, workloads=workloads, steps=steps)
+    clock = DEFAULT_CLOCK if doc.clock is None else _clock(doc.clock)
+    return Scenario(name=doc.name, config=config, workloads=workloads, steps=steps, clock=clock)
+
+
+def _clock(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ScenarioError(
+            f"clock: {text!r} is not an ISO 8601 time (e.g. 2026-11-01T00:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        raise ScenarioError(f"clock: {text!r} names no time zone (end it with Z for UTC)")
+    return moment.astimezone(UTC)
 
 
 class _Checker:
@@ -228,6 +274,11 @@ class _Checker:
             pod_sets=pod_sets,
             priority=doc.priority,
             created=float(doc.created),
+            max_runtime=(
+                None
+                if doc.max_runtime is None
+                else duration_at(f"{path}.max_runtime", doc.max_runtime, ScenarioError)
+            ),
         )
         self.names.add(doc.name)
         admission = None
@@ -247,6 +298,12 @@ class _Checker:
             resource: quantity_at(f"{path}.requests[{resource!r}]", value, ScenarioError)
             for resource, value in doc.requests.items()
         }
+        budgets = [r for r in requests if is_budget(r)]
+        if budgets:
+            raise ScenarioError(
+                f"{path}.requests[{budgets[0]!r}]: a budget is committed from the max"
+                " runtime, not requested"
+            )
         return PodSet(name=doc.name, count=doc.count, requests=requests, min_count=doc.min_count)
 
     def _admission(
@@ -277,8 +334,8 @@ class _Checker:
         given = [f for f in StepDoc.__struct_fields__ if getattr(doc, f) is not UNSET]
         if len(given) != 1:
             raise ScenarioError(
-                f"{path}: a step is exactly one of schedule, expect, submit, finish, delete"
-                + (f" (got {', '.join(given)})" if given else "")
+                f"{path}: a step is exactly one of schedule, expect, submit, finish, delete,"
+                " advance" + (f" (got {', '.join(given)})" if given else "")
             )
         if not isinstance(doc.schedule, msgspec.UnsetType):
             cycles = doc.schedule.cycles if doc.schedule else None
@@ -286,7 +343,9 @@ class _Checker:
                 raise ScenarioError(f"{path}.schedule.cycles: must be at least 1")
             return Schedule(cycles)
         if not isinstance(doc.expect, msgspec.UnsetType):
-            return self._expect(doc.expect)
+            return self._expect(path, doc.expect)
+        if not isinstance(doc.advance, msgspec.UnsetType):
+            return Advance(duration_at(f"{path}.advance", doc.advance, ScenarioError))
         if not isinstance(doc.submit, msgspec.UnsetType):
             return Submit(
                 tuple(self.workload(f"{path}.submit[{i}]", w) for i, w in enumerate(doc.submit))
@@ -300,7 +359,7 @@ class _Checker:
         return Finish(tuple(names)) if verb == "finish" else Delete(tuple(names))
 
     @staticmethod
-    def _expect(doc: ExpectDoc) -> Expect:
+    def _expect(path: str, doc: ExpectDoc) -> Expect:
         admitted = None
         if not isinstance(doc.admitted, msgspec.UnsetType):
             admitted = {
@@ -311,4 +370,29 @@ class _Checker:
         preempted = (
             None if isinstance(doc.preempted, msgspec.UnsetType) else frozenset(doc.preempted)
         )
-        return Expect(admitted, pending, preempted)
+        budgets = None
+        if not isinstance(doc.budgets, msgspec.UnsetType):
+            budgets = {
+                level: {
+                    flavor: {
+                        resource: _amounts(f"{path}.budgets[{level!r}]", amounts)
+                        for resource, amounts in resources.items()
+                    }
+                    for flavor, resources in flavors.items()
+                }
+                for level, flavors in doc.budgets.items()
+            }
+        return Expect(admitted, pending, preempted, budgets)
+
+
+def _amounts(path: str, doc: ExpectBudgetDoc) -> dict[str, Decimal]:
+    amounts = {}
+    for key in ("charged", "committed"):
+        value = getattr(doc, key)
+        if value is None:
+            continue
+        try:
+            amounts[key] = Decimal(str(value).strip())
+        except ArithmeticError:
+            raise ScenarioError(f"{path}.{key}: {value!r} is not a number of hours") from None
+    return amounts

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.entry import Entry, Status
 from quota.fair_iterator import fair_sharing_order
@@ -210,9 +211,10 @@ class Scheduler:
     def _targets(
         self, workload: Workload, queue: ClusterQueueNode, assignment: Assignment
     ) -> list[Target]:
-        request = PreemptionRequest(
-            workload, queue, assignment.usage, assignment.needs_preemption_in()
-        )
+        # A budget already fits wherever preemption is considered: victims are chosen
+        # for the concurrent resources alone.
+        usage = {fr: v for fr, v in assignment.usage.items() if not is_budget(fr.resource)}
+        request = PreemptionRequest(workload, queue, usage, assignment.needs_preemption_in())
         return self.preemptor.targets(request)
 
     def _simulator(self, workload: Workload, queue: ClusterQueueNode) -> Simulator:
@@ -294,6 +296,7 @@ class Scheduler:
             admission=_admission(entry),
             usage=dict(entry.assignment.usage),
             admitted_at=now,
+            started=self.state.now,
         )
         self.state.admit(record)
         entry.status = Status.ADMITTED

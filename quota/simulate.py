@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, timedelta
+from decimal import Decimal
 from typing import Any
 
+from quota.budgets import format_hours, is_budget
 from quota.engine import QuotaEngine
 from quota.errors import ScenarioError, WorkloadError
 from quota.scenario import (
+    Advance,
     Delete,
     Expect,
+    ExpectedBudgets,
     ExpectedPodSet,
     Finish,
     InitialWorkload,
@@ -65,7 +70,7 @@ def play(scenario: Scenario) -> SimulationResult:
         if isinstance(step, Submit):
             declared.extend(step.workloads)
     start = max((_latest(w) for w in declared), default=0.0)
-    engine = QuotaEngine(scenario.config, clock=_StepClock(start))
+    engine = QuotaEngine(scenario.config, clock=_StepClock(start), now=scenario.clock)
     result = SimulationResult(scenario.name)
     _add(engine, scenario.workloads, "workloads")
     preempted: set[str] = set()
@@ -85,6 +90,8 @@ def play(scenario: Scenario) -> SimulationResult:
             _each(engine.finish, step.names, f"{where}.finish")
         elif isinstance(step, Delete):
             _each(engine.delete, step.names, f"{where}.delete")
+        elif isinstance(step, Advance):
+            engine.advance_to(engine.now + timedelta(seconds=float(step.seconds)))
     return result
 
 
@@ -120,14 +127,27 @@ def snapshot(engine: QuotaEngine, preempted: set[str]) -> dict[str, Any]:
         admitted[name] = {
             "cluster_queue": record.admission.cluster_queue,
             "pod_sets": {
-                p.name: {"count": p.count, "flavors": dict(sorted(p.flavors.items()))}
+                p.name: {
+                    "count": p.count,
+                    # A budget takes its metered resource's flavor; not asked for, not shown.
+                    "flavors": {r: f for r, f in sorted(p.flavors.items()) if not is_budget(r)},
+                }
                 for p in record.admission.pod_sets
             },
         }
+    budgets: dict[str, dict[str, dict[str, dict[str, str]]]] = {}
+    for level, amounts in sorted(engine.budgets().items()):
+        for fr, (charged, committed) in sorted(amounts.items()):
+            budgets.setdefault(level, {}).setdefault(fr.flavor, {})[fr.resource] = {
+                "charged": format_hours(charged),
+                "committed": format_hours(committed),
+            }
     return {
         "admitted": admitted,
         "pending": sorted(w.name for w in engine.pending()),
         "preempted": sorted(preempted),
+        "budgets": budgets,
+        "clock": engine.now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
@@ -135,6 +155,8 @@ def _compare(expect: Expect, snap: dict[str, Any]) -> list[str]:
     problems = []
     if expect.admitted is not None:
         problems.extend(_compare_admitted(expect.admitted, snap["admitted"]))
+    if expect.budgets is not None:
+        problems.extend(_compare_budgets(expect.budgets, snap["budgets"]))
     for key in ("pending", "preempted"):
         want = getattr(expect, key)
         if want is None:
@@ -170,4 +192,20 @@ def _compare_admitted(want: dict[str, dict[str, ExpectedPodSet]], got: dict[str,
                         f"admitted {name}.{pod_set}: flavor of {resource} want {flavor},"
                         f" got {actual['flavors'].get(resource)}"
                     )
+    return problems
+
+
+def _compare_budgets(want: ExpectedBudgets, got: dict[str, Any]) -> list[str]:
+    problems = []
+    for level, flavors in want.items():
+        for flavor, resources in flavors.items():
+            for resource, amounts in resources.items():
+                actual = got.get(level, {}).get(flavor, {}).get(resource)
+                where = f"budgets {level}.{flavor}.{resource}"
+                if actual is None:
+                    problems.append(f"{where}: no such budget (levels: {sorted(got)})")
+                    continue
+                for key, amount in amounts.items():
+                    if Decimal(actual[key]) != amount:
+                        problems.append(f"{where}.{key}: want {amount}, got {actual[key]}")
     return problems

@@ -66,6 +66,9 @@ def test_json_output_schema_and_exit_0(tmp_path: Path) -> None:
                 },
                 "pending": ["w2"],
                 "preempted": [],
+                # No budget resource anywhere; the budget clock as it starts by default.
+                "budgets": {},
+                "clock": "2026-11-01T00:00:00Z",
             }
         ],
         "ok": True,
