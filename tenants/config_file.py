@@ -33,6 +33,7 @@ from msgspec import Meta
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, decode, to_quota_config
 from quota.errors import ConfigError
 from quota.model import QuotaConfig
+from quota.periods import BudgetPeriod
 from tenants.model_checks import base_url_error, env_name_error, model_name_error
 
 __all__ = [
@@ -221,6 +222,7 @@ class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
     cohorts: list[CohortDoc] = []
     cluster_queues: list[ClusterQueueDoc] = []
     fair_sharing: bool = False
+    budget_period: BudgetPeriod = BudgetPeriod.MONTH  # what GPU-hour budgets are granted for
     tenants: list[TenantDoc] = []
     models: list[ModelDoc] = []
     inference: InferenceDoc = msgspec.field(default_factory=InferenceDoc)
@@ -241,6 +243,7 @@ class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
             cohorts=self.cohorts,
             cluster_queues=self.cluster_queues,
             fair_sharing=self.fair_sharing,
+            budget_period=self.budget_period,
         )
 
     def quota_config(self) -> QuotaConfig:

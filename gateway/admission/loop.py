@@ -16,24 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import update
-from sqlmodel import col, select
+from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from quota import Preemption, QuotaEngine, WorkloadError
+from gateway.admission.snapshot import ChargedLoader, read_snapshot
+from quota import Preemption
+from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload
-from quota.reasons import PendingReason, ReasonCode
-from quota.resources import format_quantity
+from quota.reasons import PendingReason, ReasonCode, format_amount
 from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
-from tenants.services import HOLDING_STATES, load_quota_config
-from tenants.services.tenants import QUEUE_CLOSED, open_queues, queue_closed_message
-from tenants.services.workloads import (
-    admission_from_row,
-    record_event,
-    update_if_unchanged,
-    workload_from_row,
-)
+from tenants.services.tenants import QUEUE_CLOSED, queue_closed_message
+from tenants.services.workloads import record_event, update_if_unchanged
 
 __all__ = ["AdmissionLoop", "PassResult", "StaleDecisionError"]
 
@@ -56,31 +51,27 @@ class PassResult:
 
 
 class AdmissionLoop:
-    def __init__(self, database: Database, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Callable[[], float] = time.time,
+        charged: ChargedLoader | None = None,
+    ) -> None:
         self.database = database
         self.clock = clock
+        self.charged = charged
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
-        # 1. Read, as of one moment (a config change committing meanwhile is wholly
-        #    seen or not at all).
-        async with self.database.snapshot() as session:
-            config = await load_quota_config(session)
-            opened = await open_queues(session)
-            rows = (
-                await session.exec(
-                    select(WorkloadRow).where(
-                        col(WorkloadRow.state).in_(("pending", *HOLDING_STATES))
-                    )
-                )
-            ).all()
+        # 1. Read, as of one moment.
+        snapshot = await read_snapshot(self.database, charged=self.charged)
         # 2. Decide.
-        engine = QuotaEngine(config, clock=self.clock)
-        by_id = {row.id: row for row in rows}
-        closed = [
-            r for r in rows if r.state == "pending" and r.queue not in opened.get(r.tenant, ())
-        ]
-        holding = _load(engine, [r for r in rows if r.id not in {c.id for c in closed}])
+        by_id = snapshot.by_id
+        closed = snapshot.closed()
+        engine, holding = snapshot.engine(
+            clock=self.clock, skip=frozenset(row.id for row in closed)
+        )
         engine.schedule()
         admitted = {name: r for name, r in engine.admitted.items() if name not in holding}
         preempted = holding - set(engine.admitted)
@@ -99,25 +90,6 @@ class AdmissionLoop:
         return PassResult(sorted(admitted), sorted(preempted))
 
 
-def _load(engine: QuotaEngine, rows: Any) -> set[str]:
-    """Put every row into the engine; returns the ids that hold quota."""
-    holding = set()
-    for row in rows:
-        try:
-            if row.state in HOLDING_STATES and row.admission is not None:
-                engine.add_admitted(
-                    workload_from_row(row),
-                    admission_from_row(row),
-                    admitted_at=(row.admitted_at or row.created_at).timestamp(),
-                )
-                holding.add(row.id)
-            elif row.state == "pending" and not row.cancel_requested:
-                engine.add(workload_from_row(row))
-        except WorkloadError:
-            continue  # its queue was removed; it waits, unexplained, until it returns
-    return holding
-
-
 async def _guarded(
     session: AsyncSession, row: WorkloadRow, expected_state: str, **values: Any
 ) -> None:
@@ -129,7 +101,12 @@ async def _admit(session: AsyncSession, row: WorkloadRow, record: AdmittedWorklo
     admission = {
         "cluster_queue": record.admission.cluster_queue,
         "pod_sets": [
-            {"name": p.name, "count": p.count, "flavors": dict(p.flavors)}
+            # A budget takes its metered resource's flavor; stored as asked for.
+            {
+                "name": p.name,
+                "count": p.count,
+                "flavors": {r: f for r, f in p.flavors.items() if not is_budget(r)},
+            }
             for p in record.admission.pod_sets
         ],
     }
@@ -206,8 +183,8 @@ async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReaso
             "name": b.name,
             "flavor": b.flavor,
             "resource": b.resource,
-            "requested": format_quantity(b.requested),
-            "available": format_quantity(b.available),
+            "requested": format_amount(b.resource, b.requested),
+            "available": format_amount(b.resource, b.available),
         }
         for b in dict.fromkeys(reason.blockers)
     ]

@@ -22,6 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, to_quota_config
 from quota.model import QuotaConfig
+from quota.periods import BudgetPeriod
 from tenants.config_file import BackendDoc, IgnaraConfig, InferenceDoc, ModelDoc
 from tenants.errors import ConflictError
 from tenants.models import (
@@ -138,6 +139,7 @@ async def load_quota_config(session: AsyncSession) -> QuotaConfig:
         cohorts=[msgspec.convert(c.spec, CohortDoc) for c in cohorts if c.name != _SETTINGS_ROW],
         cluster_queues=[msgspec.convert(q.spec, ClusterQueueDoc) for q in queues],
         fair_sharing=bool(setting and setting.spec.get("fair_sharing")),
+        budget_period=BudgetPeriod((setting.spec if setting else {}).get("budget_period", "month")),
     )
     return to_quota_config(document)
 
@@ -173,6 +175,11 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
         "cohorts": [c.spec for c in cohorts if c.name != _SETTINGS_ROW],
         "cluster_queues": [q.spec for q in queues],
         "fair_sharing": bool(setting and setting.spec.get("fair_sharing")),
+        **(
+            {"budget_period": spec["budget_period"]}
+            if spec.get("budget_period", "month") != "month"
+            else {}
+        ),
         "tenants": [
             {"name": t.name, **{k: v for k, v in _tenant_spec(t).items() if v not in (None, {})}}
             for t in tenants
@@ -244,6 +251,7 @@ def _settings_spec(config: IgnaraConfig) -> dict[str, Any]:
     # Backends and which flavor goes where are global settings: no table of their own.
     return {
         "fair_sharing": config.fair_sharing,
+        "budget_period": config.budget_period.value,
         "inference": msgspec.to_builtins(config.inference),
         "backends": msgspec.to_builtins(config.backends),
         "flavor_backends": config.flavor_backends,

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import func, update
@@ -16,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from quota.budgets import is_budget, metered
 from quota.model import Admission, PodSet, PodSetAssignment, Workload
 from quota.resources import parse_quantity
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -182,6 +184,11 @@ def _check_resources(submission: WorkloadSubmission, queue: ClusterQueueRow) -> 
     for pod_set in submission.pod_sets:
         for resource, value in pod_set.requests.items():
             amount = parse_quantity(value)
+            if is_budget(resource):
+                raise InvalidRequestError(
+                    f"pod set {pod_set.name!r} requests {resource!r}, a budget: it is committed"
+                    f" from max_runtime_seconds; request {metered(resource)!r} instead"
+                )
             if amount and resource not in covered:
                 raise InvalidRequestError(
                     f"pod set {pod_set.name!r} requests {resource!r}, which cluster queue "
@@ -303,6 +310,7 @@ def workload_from_row(row: WorkloadRow) -> Workload:
         cluster_queue=row.queue,
         priority=row.priority,
         created=row.created_at.timestamp(),
+        max_runtime=Fraction(row.spec["max_runtime_seconds"]),
         pod_sets=tuple(
             PodSet(
                 name=p["name"],

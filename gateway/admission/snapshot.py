@@ -1,0 +1,111 @@
+"""The admission state as of one moment, and the engine built from it.
+
+The admission loop, the start-time forecast and the estimate endpoint all decide on
+the same picture: the quota configuration, which queues each tenant may use, every
+pending and quota-holding workload, and what each queue was charged of its GPU-hour
+budgets this period (from the chargeback ledger, so a restart forgets nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from quota import QuotaConfig, QuotaEngine, WorkloadError
+from quota.budgets import is_budget
+from quota.periods import period_end, period_start
+from tenants import Database
+from tenants.models import WorkloadRow
+from tenants.services import HOLDING_STATES, load_quota_config
+from tenants.services.tenants import open_queues
+from tenants.services.workloads import admission_from_row, workload_from_row
+
+__all__ = ["ChargedLoader", "Snapshot", "aware", "read_snapshot"]
+
+# (session, period start, period end) -> (queue, flavor, budget resource) -> hours
+ChargedLoader = Callable[
+    [AsyncSession, datetime, datetime], Awaitable[Mapping[tuple[str, str, str], Decimal]]
+]
+
+
+def aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass
+class Snapshot:
+    config: QuotaConfig
+    opened: dict[str, frozenset[str]]
+    rows: Sequence[WorkloadRow]
+    now: datetime
+    charged: Mapping[tuple[str, str, str], Decimal] = field(default_factory=dict)
+
+    @property
+    def by_id(self) -> dict[str, WorkloadRow]:
+        return {row.id: row for row in self.rows}
+
+    def closed(self) -> list[WorkloadRow]:
+        """Pending workloads whose queue is no longer their tenant's: never admitted."""
+        return [
+            r
+            for r in self.rows
+            if r.state == "pending" and r.queue not in self.opened.get(r.tenant, ())
+        ]
+
+    def engine(
+        self, *, clock: Callable[[], float] = time.time, skip: frozenset[str] = frozenset()
+    ) -> tuple[QuotaEngine, set[str]]:
+        """A fresh engine holding this picture (but the rows in ``skip``); returns it
+        and the ids of the workloads that hold quota."""
+        engine = QuotaEngine(self.config, clock=clock, now=self.now)
+        for (queue, flavor, resource), hours in self.charged.items():
+            if is_budget(resource) and queue in engine.state.queues:
+                engine.charge(queue, flavor, resource, Fraction(hours))
+        holding = set()
+        for row in self.rows:
+            if row.id in skip:
+                continue
+            try:
+                if row.state in HOLDING_STATES and row.admission is not None:
+                    began = aware(row.admitted_at or row.created_at)
+                    engine.add_admitted(
+                        workload_from_row(row),
+                        admission_from_row(row),
+                        admitted_at=began.timestamp(),
+                        started=began,
+                    )
+                    holding.add(row.id)
+                elif row.state == "pending" and not row.cancel_requested:
+                    engine.add(workload_from_row(row))
+            except WorkloadError:
+                continue  # its queue was removed; it waits, unexplained, until it returns
+        return engine, holding
+
+
+async def read_snapshot(
+    database: Database, *, now: datetime | None = None, charged: ChargedLoader | None = None
+) -> Snapshot:
+    """Read as of one moment (a config change committing meanwhile is wholly seen or
+    not at all)."""
+    moment = now or datetime.now(UTC)
+    async with database.snapshot() as session:
+        config = await load_quota_config(session)
+        opened = await open_queues(session)
+        rows = (
+            await session.exec(
+                select(WorkloadRow).where(col(WorkloadRow.state).in_(("pending", *HOLDING_STATES)))
+            )
+        ).all()
+        spent: Mapping[tuple[str, str, str], Decimal] = {}
+        if charged is not None:
+            period = config.budget_period
+            spent = await charged(session, period_start(period, moment), period_end(period, moment))
+    return Snapshot(config, opened, rows, moment, spent)
