@@ -21,7 +21,7 @@ from gateway.openapi import describe_api, openapi_config
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.usage import UsageController
-from gateway.workloads import WorkloadController
+from gateway.workloads import EstimateController, WorkloadController
 
 __all__ = ["MAX_BODY_BYTES", "GatewayApp", "create_app"]
 
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         route_handlers=[
             HealthController,
             WorkloadController,
+            EstimateController,
             AdminController,
             ModelController,
             UsageController,

@@ -16,6 +16,7 @@ from litestar import Litestar
 from sqlalchemy.engine import make_url
 
 from gateway.admission import AdmissionRuntime
+from gateway.admission.snapshot import ChargedLoader
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
@@ -89,6 +90,8 @@ class Services:
     outages: Outages = field(default_factory=Outages)  # logged once each, not per call
     _registry: BackendRegistry | None = None
     reclaimer: Reclaimer | None = None  # settles and records the calls of dead gateways
+    # What each queue was charged of its GPU-hour budgets this period (the ledger).
+    charged_loader: ChargedLoader | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -327,6 +330,8 @@ class Services:
             self.backends,
             flavor_backends=self.flavor_backends,
             outage=self.outages.database,
+            estimate_interval=self.settings.admission.estimate_interval,
+            charged=self.charged_loader,
         )
         leases = self._lease_rounds()
         for rounds in leases:

@@ -152,6 +152,13 @@ class UpstreamKeyRule(VariableRule):
 
 
 @dataclass(frozen=True)
+class AdmissionSettings:
+    # IGNARA_ESTIMATE_INTERVAL: how often the leader recomputes pending workloads'
+    # estimated starts (a forecast over every queue: not on every admission pass).
+    estimate_interval: float = 5.0
+
+
+@dataclass(frozen=True)
 class InferenceSettings:
     # A Redis shared by every replica holds the token ledger (REDIS_URL); without
     # one, each process keeps its own (right for a single gateway).
@@ -195,6 +202,7 @@ class Settings:
     backends: BackendSettings
     policy: PolicySettings = PolicySettings()
     inference: InferenceSettings = InferenceSettings()
+    admission: AdmissionSettings = AdmissionSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -268,6 +276,14 @@ class Settings:
                 stream_cut_margin=_margin(env, "IGNARA_STREAM_CUT_MARGIN"),
                 key_rule=(rule := UpstreamKeyRule.from_env(env)),
                 key_env={name: value for name, value in env.items() if rule.allows(name)},
+            ),
+            admission=AdmissionSettings(
+                estimate_interval=_seconds(
+                    env,
+                    "IGNARA_ESTIMATE_INTERVAL",
+                    AdmissionSettings.estimate_interval,
+                    positive=True,
+                ),
             ),
         )
 

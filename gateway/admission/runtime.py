@@ -7,8 +7,10 @@ import logging
 from collections.abc import Mapping
 
 from gateway.admission.dispatcher import Dispatcher
+from gateway.admission.forecasts import ForecastPass
 from gateway.admission.leader import LeaderLock
 from gateway.admission.loop import AdmissionLoop, StaleDecisionError
+from gateway.admission.snapshot import ChargedLoader
 from gateway.backends import Backend
 from gateway.background import Rounds
 from gateway.outages import Outage, database_unavailable
@@ -28,12 +30,15 @@ class AdmissionRuntime:
         interval: float = 0.5,
         flavor_backends: Mapping[str, str] | None = None,
         outage: Outage | None = None,
+        charged: ChargedLoader | None = None,
+        estimate_interval: float = 5.0,
     ) -> None:
         # A database outage fails every round; it is logged once, not every round.
         self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
-        self.loop = AdmissionLoop(database)
+        self.loop = AdmissionLoop(database, charged=charged)
         self.dispatcher = Dispatcher(database, backends, flavor_backends)
+        self.forecasts = ForecastPass(database, interval=estimate_interval, charged=charged)
         self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")
 
     async def step(self) -> bool:
@@ -45,6 +50,8 @@ class AdmissionRuntime:
         except StaleDecisionError as err:
             log.info("admission pass rolled back, retrying next round: %s", err)
         await self.dispatcher.run_pass()
+        if self.forecasts.due():
+            await self.forecasts.run()
         return True
 
     async def round(self) -> None:

@@ -1,3 +1,3 @@
-from gateway.workloads.controllers import WorkloadController
+from gateway.workloads.controllers import EstimateController, WorkloadController
 
-__all__ = ["WorkloadController"]
+__all__ = ["EstimateController", "WorkloadController"]

@@ -17,6 +17,7 @@ from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
+from gateway.workloads.estimate import EstimateOut, estimate
 from gateway.workloads.schemas import (
     WorkloadDetail,
     WorkloadIn,
@@ -28,6 +29,7 @@ from tenants import Database
 from tenants.errors import InvalidRequestError
 from tenants.services.workloads import (
     cancel_workload,
+    check_submission,
     events_of,
     get_workload,
     list_workloads,
@@ -35,7 +37,7 @@ from tenants.services.workloads import (
     submit_workload,
 )
 
-__all__ = ["WorkloadController"]
+__all__ = ["EstimateController", "WorkloadController"]
 
 EVENTS_SHOWN = 100
 
@@ -64,6 +66,40 @@ def _admission_input(data: WorkloadIn, backend: str) -> dict[str, Any]:
             {"name": p.name, "count": p.count, "requests": dict(p.requests)} for p in data.pod_sets
         ],
     }
+
+
+async def _checked(
+    identity: Identity,
+    data: WorkloadIn,
+    policy: PolicyEngine,
+    backends: dict[str, Backend],
+    services: Services,
+) -> dict[str, dict[str, Any]]:
+    """Everything a submission must pass before it is stored (or estimated): its
+    backend sections, the admission policy for every backend it may go to, and a
+    backend that can take jobs. Returns the checked backend options."""
+    # Naming no backend, it runs where its admitted flavor says: every backend its
+    # queue's flavors could send it to must be open to the tenant.
+    candidates = (
+        [data.backend]
+        if data.backend is not None
+        else services.backends_for(data.queue, {r for p in data.pod_sets for r in p.requests})
+    )
+    try:
+        options = check_sections(
+            data.sections(),
+            [backends[n] for n in candidates if n in backends],
+            data.max_runtime_seconds,
+        )
+    except SectionError as err:  # before anything is stored or asked of the policy
+        raise ApiError(422, "invalid_request", str(err)) from None
+    for name in candidates:
+        await admit_by_policy(policy, identity.tenant, _admission_input(data, name))
+        backend = backends.get(name)
+        # Refused now, not accepted to fail later: a local backend that cannot isolate.
+        if backend is not None and (refusal := refusal_of(backend)) is not None:
+            raise ApiError(409, "backend_refuses_jobs", refusal)
+    return options
 
 
 def _check_cursor(cursor: str) -> None:
@@ -97,27 +133,7 @@ class WorkloadController(Controller):
         ] = None,
     ) -> Response[WorkloadOut]:
         identity = await tenant_of(request, policy, "workloads.submit")
-        # Naming no backend, it runs where its admitted flavor says: every backend its
-        # queue's flavors could send it to must be open to the tenant.
-        candidates = (
-            [data.backend]
-            if data.backend is not None
-            else services.backends_for(data.queue, {r for p in data.pod_sets for r in p.requests})
-        )
-        try:
-            options = check_sections(
-                data.sections(),
-                [backends[n] for n in candidates if n in backends],
-                data.max_runtime_seconds,
-            )
-        except SectionError as err:  # before anything is stored or asked of the policy
-            raise ApiError(422, "invalid_request", str(err)) from None
-        for name in candidates:
-            await admit_by_policy(policy, identity.tenant, _admission_input(data, name))
-            backend = backends.get(name)
-            # Refused now, not accepted to fail later: a local backend that cannot isolate.
-            if backend is not None and (refusal := refusal_of(backend)) is not None:
-                raise ApiError(409, "backend_refuses_jobs", refusal)
+        options = await _checked(identity, data, policy, backends, services)
         async with database.session() as session:
             row, created = await submit_workload(
                 session,
@@ -228,3 +244,35 @@ class WorkloadController(Controller):
             return await backend.logs(f"{row.id}-{attempt or row.attempt}", tail_bytes)
         except BackendError as err:
             raise ApiError(502, "backend_error", f"cannot read the logs: {err}") from None
+
+
+class EstimateController(Controller):
+    path = "/api/v1/workloads:estimate"
+    tags = ["workloads"]
+
+    @post(
+        "/",
+        operation_id="EstimateWorkload",
+        summary="What would happen to this submission (same body), stored nowhere: "
+        "admitted now or not and why, whom it would preempt, the GPU-hours it would commit, "
+        "and when it would start (an estimate, saying what it assumes).",
+        status_code=200,
+        responses=errors(404, 409, 422),
+    )
+    async def estimate(
+        self,
+        request: Request[Identity, Any, Any],
+        data: JSONBody[WorkloadIn],
+        database: NamedDependency[Database],
+        policy: NamedDependency[PolicyEngine],
+        backends: NamedDependency[dict[str, Backend]],
+        services: NamedDependency[Services],
+    ) -> EstimateOut:
+        identity = await tenant_of(request, policy, "workloads.read")
+        options = await _checked(identity, data, policy, backends, services)
+        submission = data.to_submission(options)
+        async with database.session() as session:
+            await check_submission(session, identity.tenant, submission)
+        return await estimate(
+            database, identity.tenant, submission, charged=services.charged_loader
+        )

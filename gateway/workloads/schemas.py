@@ -136,6 +136,12 @@ class WorkloadOut(msgspec.Struct):
     updated_at: datetime
     admitted_at: datetime | None
     finished_at: datetime | None
+    # Pending only: when it is expected to start (an estimate: every admitted workload
+    # runs to its max runtime, nothing else is submitted; None: not within 62 days, or
+    # not computed yet) and when the forecast last moved it (it runs every few seconds,
+    # on the leader).
+    estimated_start: datetime | None = None
+    estimated_at: datetime | None = None
 
     @classmethod
     def of(cls, row: WorkloadRow) -> WorkloadOut:
@@ -165,6 +171,8 @@ class WorkloadOut(msgspec.Struct):
             updated_at=row.updated_at,
             admitted_at=row.admitted_at,
             finished_at=row.finished_at,
+            estimated_start=row.estimated_start if row.state == "pending" else None,
+            estimated_at=row.estimated_at if row.state == "pending" else None,
         )
 
 

@@ -32,9 +32,11 @@ __all__ = [
     "WorkloadSubmission",
     "admission_from_row",
     "cancel_workload",
+    "check_submission",
     "events_of",
     "get_workload",
     "list_workloads",
+    "new_workload_row",
     "parse_cursor",
     "record_event",
     "submit_workload",
@@ -122,25 +124,10 @@ async def submit_workload(
         earlier = await _by_idempotency_key(session, tenant, idempotency_key)
         if earlier is not None:
             return _repeat(earlier, fingerprint), False
-    owner = await session.get(Tenant, tenant)
-    if owner is None or owner.deleted_at is not None:
-        raise NotFoundError(f"tenant {tenant!r} does not exist")
-    queue = await session.get(ClusterQueueRow, submission.queue)
-    if queue is None or submission.queue not in owner.queues:
-        # The same answer whether the queue is missing or another tenant's.
-        raise NotFoundError(f"cluster queue {submission.queue!r} is not available to {tenant!r}")
-    _check_resources(submission, queue)
-    row = WorkloadRow(
-        tenant=tenant,
-        name=submission.name,
-        queue=submission.queue,
-        priority=submission.priority,
-        spec=submission.spec(),
-        idempotency_key=idempotency_key,
-        request_hash=fingerprint,
-        reason_code="Queued",
-        reason_message="waiting for the admission loop",
-    )
+    await check_submission(session, tenant, submission)
+    row = new_workload_row(tenant, submission)
+    row.idempotency_key = idempotency_key
+    row.request_hash = fingerprint
     audit = AuditEntry(
         actor=actor,
         action="create",
@@ -177,6 +164,34 @@ def _repeat(earlier: WorkloadRow, fingerprint: str) -> WorkloadRow:
     if earlier.request_hash != fingerprint:
         raise ConflictError("this Idempotency-Key was already used for another request")
     return earlier
+
+
+async def check_submission(
+    session: AsyncSession, tenant: str, submission: WorkloadSubmission
+) -> None:
+    """Refuse what could never be stored: a tenant that is gone, a queue that is not
+    the tenant's, a resource its queue has no quota for."""
+    owner = await session.get(Tenant, tenant)
+    if owner is None or owner.deleted_at is not None:
+        raise NotFoundError(f"tenant {tenant!r} does not exist")
+    queue = await session.get(ClusterQueueRow, submission.queue)
+    if queue is None or submission.queue not in owner.queues:
+        # The same answer whether the queue is missing or another tenant's.
+        raise NotFoundError(f"cluster queue {submission.queue!r} is not available to {tenant!r}")
+    _check_resources(submission, queue)
+
+
+def new_workload_row(tenant: str, submission: WorkloadSubmission) -> WorkloadRow:
+    """A pending workload as it would be stored (not added to any session)."""
+    return WorkloadRow(
+        tenant=tenant,
+        name=submission.name,
+        queue=submission.queue,
+        priority=submission.priority,
+        spec=submission.spec(),
+        reason_code="Queued",
+        reason_message="waiting for the admission loop",
+    )
 
 
 def _check_resources(submission: WorkloadSubmission, queue: ClusterQueueRow) -> None:
