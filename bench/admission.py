@@ -9,7 +9,15 @@ each queue has nominal GPU quota in two flavors with a borrowing limit. With
 Workloads are gangs of 1-8 pods of 1-2 GPUs plus CPU, with priorities 0-3,
 spread over the queues.
 
+With ``--budgets`` the same workloads are played twice in one process, plain and with
+GPU-hour budgets (every queue and cohort has one, every workload a max runtime of 1-8
+h, the budget clock advancing a minute per cycle), and both are printed with their
+ratio. ``--estimates N`` times N what-if estimates (engine built from the state, the
+candidate added, scheduled, played forward) against that many pending workloads.
+
     python bench/admission.py --workloads 10000 --queues 100
+    python bench/admission.py --workloads 10000 --queues 100 --budgets
+    python bench/admission.py --workloads 1000 --queues 100 --estimates 50
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import random
 import resource
 import statistics
 import time
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 from quota import (
     ClusterQueueSpec,
@@ -33,13 +43,19 @@ from quota import (
     ResourceQuota,
     Workload,
 )
+from quota.forecast import forecast
 from quota.model import ReclaimWithinCohort, WithinClusterQueue
 
-GPU, CPU = "nvidia.com/gpu", "cpu"
+GPU, CPU, GPU_HOURS = "nvidia.com/gpu", "cpu", "nvidia.com/gpu-hours"
 K = 1000  # milli-units per unit
+START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def build_config(queues: int, preemption: bool) -> QuotaConfig:
+def _budget(nominal: int) -> dict[str, ResourceQuota]:
+    return {GPU_HOURS: ResourceQuota(nominal=nominal * K, borrowing_limit=nominal * K)}
+
+
+def build_config(queues: int, preemption: bool, budgets: bool = False) -> QuotaConfig:
     policy = (
         PreemptionPolicy(
             within_cluster_queue=WithinClusterQueue.LOWER_PRIORITY,
@@ -48,20 +64,26 @@ def build_config(queues: int, preemption: bool) -> QuotaConfig:
         if preemption
         else PreemptionPolicy()
     )
-    cohorts = [CohortSpec(name="org")]
+    extra = (GPU_HOURS,) if budgets else ()
+    cohorts = [CohortSpec(name="org", resource_groups=_cohort_groups(budgets, 200_000))]
     specs = []
     for q in range(queues):
         cohort = f"group-{q // 10}"
         if q % 10 == 0:
-            cohorts.append(CohortSpec(name=cohort, parent="org"))
+            cohorts.append(
+                CohortSpec(
+                    name=cohort, parent="org", resource_groups=_cohort_groups(budgets, 10_000)
+                )
+            )
         group = ResourceGroup(
-            resources=(GPU, CPU),
+            resources=(GPU, CPU, *extra),
             flavors=(
                 FlavorQuotas(
                     "h100",
                     {
                         GPU: ResourceQuota(nominal=16 * K, borrowing_limit=8 * K),
                         CPU: ResourceQuota(nominal=256 * K),
+                        **(_budget(2_000) if budgets else {}),
                     },
                 ),
                 FlavorQuotas(
@@ -69,6 +91,7 @@ def build_config(queues: int, preemption: bool) -> QuotaConfig:
                     {
                         GPU: ResourceQuota(nominal=8 * K, borrowing_limit=8 * K),
                         CPU: ResourceQuota(nominal=128 * K),
+                        **(_budget(1_000) if budgets else {}),
                     },
                 ),
             ),
@@ -86,6 +109,21 @@ def build_config(queues: int, preemption: bool) -> QuotaConfig:
     )
 
 
+def _cohort_groups(budgets: bool, hours: int) -> tuple[ResourceGroup, ...]:
+    """A cohort's own GPU-hour budget (and no GPUs of its own)."""
+    if not budgets:
+        return ()
+    return (
+        ResourceGroup(
+            resources=(GPU, GPU_HOURS),
+            flavors=tuple(
+                FlavorQuotas(f, {GPU: ResourceQuota(0), GPU_HOURS: ResourceQuota(hours * K)})
+                for f in ("h100", "a100")
+            ),
+        ),
+    )
+
+
 def build_workloads(n: int, queues: int, rng: random.Random) -> list[Workload]:
     workloads = []
     for i in range(n):
@@ -96,6 +134,7 @@ def build_workloads(n: int, queues: int, rng: random.Random) -> list[Workload]:
                 cluster_queue=f"team-{rng.randrange(queues)}",
                 priority=rng.randrange(4),
                 created=float(i),
+                max_runtime=Fraction(rng.randint(1, 8) * 3600),
                 pod_sets=(
                     PodSet(
                         name="workers",
@@ -108,12 +147,14 @@ def build_workloads(n: int, queues: int, rng: random.Random) -> list[Workload]:
     return workloads
 
 
-def run(n: int, queues: int, seed: int, preemption: bool = False) -> dict[str, object]:
+def run(
+    n: int, queues: int, seed: int, preemption: bool = False, budgets: bool = False
+) -> dict[str, object]:
     rng = random.Random(seed)
-    config = build_config(queues, preemption)
+    config = build_config(queues, preemption, budgets)
     workloads = build_workloads(n, queues, rng)
     clock = iter(range(10**9))
-    engine = QuotaEngine(config, clock=lambda: float(next(clock)))
+    engine = QuotaEngine(config, clock=lambda: float(next(clock)), now=START)
     for workload in workloads:
         engine.add(workload)
     durations = []
@@ -128,6 +169,8 @@ def run(n: int, queues: int, seed: int, preemption: bool = False) -> dict[str, o
         durations.append(time.perf_counter() - t0)
         admitted += len(cycle.admitted)
         preempted += len(cycle.preempted)
+        if budgets:
+            engine.advance_to(engine.now + timedelta(minutes=1))
     drain = time.perf_counter() - start
     durations.sort()
     p99 = durations[min(len(durations) - 1, int(len(durations) * 0.99))]
@@ -135,6 +178,7 @@ def run(n: int, queues: int, seed: int, preemption: bool = False) -> dict[str, o
         "workloads": n,
         "queues": queues,
         "preemption": preemption,
+        "budgets": budgets,
         "drain_s": round(drain, 3),
         "cycles": len(durations),
         "cycle_p50_ms": round(statistics.median(durations) * 1000, 3),
@@ -144,6 +188,41 @@ def run(n: int, queues: int, seed: int, preemption: bool = False) -> dict[str, o
         "preempted": preempted,
         "admitted_per_s": round(admitted / drain, 1) if drain else 0.0,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def estimates(n: int, queues: int, seed: int, count: int) -> dict[str, object]:
+    """``count`` estimates, each on a fresh engine holding ``n`` workloads (what the
+    endpoint does after reading its snapshot, which is not timed here)."""
+    rng = random.Random(seed)
+    config = build_config(queues, preemption=True, budgets=True)
+    workloads = build_workloads(n, queues, rng)
+    candidates = build_workloads(count, queues, random.Random(seed + 1))
+    timings = []
+    for i, candidate in enumerate(candidates):
+        t0 = time.perf_counter()
+        engine = QuotaEngine(config, now=START)
+        for workload in workloads:
+            engine.add(workload)
+        engine.add(
+            Workload(
+                f"candidate-{i}",
+                candidate.cluster_queue,
+                candidate.pod_sets,
+                max_runtime=candidate.max_runtime,
+                created=float(n + i),
+            )
+        )
+        engine.schedule()
+        forecast(engine)
+        timings.append(time.perf_counter() - t0)
+    timings.sort()
+    return {
+        "workloads": n,
+        "queues": queues,
+        "estimates": count,
+        "estimate_p50_ms": round(statistics.median(timings) * 1000, 1),
+        "estimate_p99_ms": round(timings[min(count - 1, int(count * 0.99))] * 1000, 1),
     }
 
 
@@ -157,8 +236,24 @@ def main() -> None:
         action="store_true",
         help="queues preempt lower priority within themselves and reclaim within the cohort",
     )
+    parser.add_argument(
+        "--budgets", action="store_true", help="also play them with GPU-hour budgets; compare"
+    )
+    parser.add_argument("--estimates", type=int, default=0, help="time this many estimates")
     args = parser.parse_args()
-    print(json.dumps(run(args.workloads, args.queues, args.seed, args.preemption)))
+    if args.estimates:
+        print(json.dumps(estimates(args.workloads, args.queues, args.seed, args.estimates)))
+        return
+    plain = run(args.workloads, args.queues, args.seed, args.preemption)
+    if not args.budgets:
+        print(json.dumps(plain))
+        return
+    budgeted = run(args.workloads, args.queues, args.seed, args.preemption, budgets=True)
+    ratio = {
+        key: round(float(budgeted[key]) / float(plain[key]), 3)  # type: ignore[arg-type]
+        for key in ("drain_s", "cycle_p99_ms", "cycle_p50_ms")
+    }
+    print(json.dumps({"plain": plain, "budgets": budgeted, "budgets_over_plain": ratio}))
 
 
 if __name__ == "__main__":

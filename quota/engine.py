@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
-from quota.budgets import from_hours, is_budget, needs_budget, strip_budgets
+from quota.budgets import from_hours, is_budget, needs_budget, runtime_of, strip_budgets
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.errors import WorkloadError
 from quota.model import Admission, PodSetAssignment, QuotaConfig, Workload
+from quota.periods import period_end
 from quota.queues import QueueManager
 from quota.reasons import PendingReason, ReasonCode
 from quota.resources import FlavorResource
@@ -46,6 +47,10 @@ class QuotaEngine:
         self._pending: dict[str, Workload] = {}
         # Pending workloads that need budget but have no max runtime: never tried.
         self._unrunnable: set[str] = set()
+        # Pending workloads that need budget: from when what they would commit shrinks
+        # (their max runtime would reach past the period's end), and the soonest of those.
+        self._refresh_at: dict[str, datetime] = {}
+        self._next_refresh = datetime.max.replace(tzinfo=UTC)
         self._reasons: dict[str, PendingReason] = {}
         self._preemptions: dict[str, Preemption] = {}
         self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
@@ -139,6 +144,7 @@ class QuotaEngine:
             self._release(name)
         elif name in self._pending:
             workload = self._pending.pop(name)
+            self._refresh_at.pop(name, None)
             self._reasons.pop(name, None)
             self._preemptions.pop(name, None)
             self._unrunnable.discard(name)
@@ -152,6 +158,7 @@ class QuotaEngine:
         result = self._scheduler.schedule_once(self._clock())
         for record in result.admitted_records:
             self._pending.pop(record.name, None)
+            self._refresh_at.pop(record.name, None)
             self._reasons.pop(record.name, None)
             self._preemptions.pop(record.name, None)
         for record in result.preempted_records:
@@ -200,9 +207,19 @@ class QuotaEngine:
         if moment < self.state.now:
             raise WorkloadError(f"the clock cannot go back (from {self.state.now} to {moment})")
         rolled = self.state.advance(moment)
-        for workload in self._pending.values():
-            if needs_budget(workload, self.state.queues[workload.cluster_queue].budgets):
+        if rolled or moment >= self._next_refresh:
+            # Only what a workload would commit changes; most commit their whole
+            # runtime until it would reach past the period's end.
+            due = [
+                self._pending[name]
+                for name, at in self._refresh_at.items()
+                if rolled or at <= moment
+            ]
+            for workload in due:
                 self._enqueue(workload)
+            self._next_refresh = min(
+                self._refresh_at.values(), default=datetime.max.replace(tzinfo=UTC)
+            )
         if rolled:
             self.queues.requeue_inadmissible(self.state.queues)
 
@@ -228,12 +245,18 @@ class QuotaEngine:
         replacing what was queued for it; or hold it back if it cannot be run."""
         self.queues.remove(workload)
         self._unrunnable.discard(workload.name)
+        self._refresh_at.pop(workload.name, None)
         try:
             effective = self.state.with_budgets(workload)
         except LookupError:
             self._unrunnable.add(workload.name)
             return
         self.queues.add(effective)
+        if effective is not workload and effective.max_runtime is not None:
+            end = period_end(self.config.budget_period, self.state.now)
+            at = end - timedelta(seconds=float(effective.max_runtime))
+            self._refresh_at[workload.name] = at
+            self._next_refresh = min(self._next_refresh, at)
 
     def _check_new(self, workload: Workload) -> None:
         if workload.cluster_queue not in self.state.queues:

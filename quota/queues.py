@@ -9,9 +9,10 @@ tree. A StrictFIFO head stays at the front and blocks its queue.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from quota.budgets import is_budget
 from quota.model import ClusterQueueSpec, QueueingStrategy, WithinClusterQueue, Workload
 
 __all__ = ["PendingQueue", "QueueManager", "queue_key"]
@@ -25,11 +26,20 @@ def queue_key(workload: Workload) -> QueueKey:
 
 def equivalence_key(workload: Workload) -> Hashable:
     """Workloads with the same key get the same flavor assignment and preemption
-    outcome (Kueue's scheduling equivalence hash)."""
+    outcome (Kueue's scheduling equivalence hash), unless a budget decided it: what
+    they would commit of a budget is left out, and a head refused for a budget is set
+    aside alone (see :meth:`QueueManager.requeue`)."""
     return (
         workload.priority,
-        tuple((p.count, p.min_count, tuple(sorted(p.requests.items()))) for p in workload.pod_sets),
+        tuple(
+            (p.count, p.min_count, tuple(sorted(_concurrent(p.requests))))
+            for p in workload.pod_sets
+        ),
     )
+
+
+def _concurrent(requests: Mapping[str, int]) -> Iterator[tuple[str, int]]:
+    return ((r, v) for r, v in requests.items() if not is_budget(r))
 
 
 @dataclass
@@ -150,11 +160,14 @@ class QueueManager:
                 heads.append(head)
         return heads
 
-    def requeue(self, workload: Workload, *, immediate: bool, sticky: bool = False) -> list[str]:
+    def requeue(
+        self, workload: Workload, *, immediate: bool, sticky: bool = False, alike: bool = True
+    ) -> list[str]:
         """Return a head that was not admitted: to the front, or set aside. A
         ``sticky`` one (waiting for its preemptions) stays the head of a
         BestEffortFIFO queue whatever arrives meanwhile. Set aside, it takes the
-        workloads equivalent to it along; their names are returned."""
+        workloads equivalent to it along (unless not ``alike``: its fate turned on
+        more than the equivalence key says); their names are returned."""
         queue = self.queues[workload.cluster_queue]
         if sticky and queue.strategy is QueueingStrategy.BEST_EFFORT_FIFO:
             queue.sticky = workload.name
@@ -162,7 +175,7 @@ class QueueManager:
             queue.push(workload)
             self._ready.add(queue.name)
             return []
-        return queue.set_aside(workload, with_equivalents=True)
+        return queue.set_aside(workload, with_equivalents=alike)
 
     def requeue_inadmissible(self, queue_names: Iterable[str]) -> None:
         for name in queue_names:

@@ -133,7 +133,11 @@ class Scheduler:
             if entry.status is Status.ADMITTED:
                 continue
             alike = self.queues.requeue(
-                entry.workload, immediate=entry.immediate, sticky=entry.sticky
+                entry.workload,
+                immediate=entry.immediate,
+                sticky=entry.sticky,
+                # Refused for a budget: others alike but in what they would commit may fit.
+                alike=not any(is_budget(b.resource) for b in entry.assignment.blockers),
             )
             if entry.reason is not None:
                 for name in (entry.workload.name, *alike):
