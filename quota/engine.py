@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
-from quota.budgets import from_hours, is_budget, needs_budget, runtime_of, strip_budgets
+from quota.budgets import from_hours, is_budget, strip_budgets
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.errors import WorkloadError
 from quota.model import Admission, PodSetAssignment, QuotaConfig, Workload
