@@ -189,20 +189,26 @@ class ClusterState:
         what it really used of each budget this period is charged."""
         record = self.admitted[name]
         queue = self.detach(record)
-        if record.started is not None:
-            ran = seconds_between(record.started, self.now)
-            for fr in record.usage:
-                if is_budget(fr.resource):
-                    held = record.usage.get(FlavorResource(fr.flavor, metered(fr.resource)), 0)
-                    seconds = overlap_seconds(
-                        record.started, ran, self.config.budget_period, self.now
-                    )
-                    self.charge_budget(queue, fr, use(held, seconds))
+        for fr, amount in self.run_use(record).items():
+            self.charge_budget(queue, fr, amount)
         root = id(self.root_of(queue))
         self.generations[root] = self.generations.get(root, 0) + 1
         return record
 
     # -- budgets -------------------------------------------------------------------------
+
+    def run_use(self, record: AdmittedWorkload) -> dict[FlavorResource, int]:
+        """What the run of ``record`` used of each budget this period, were it to end
+        now: its request of the metered resource x its time inside the period."""
+        if record.started is None:
+            return {}
+        ran = seconds_between(record.started, self.now)
+        seconds = overlap_seconds(record.started, ran, self.config.budget_period, self.now)
+        return {
+            fr: use(record.usage.get(FlavorResource(fr.flavor, metered(fr.resource)), 0), seconds)
+            for fr in record.usage
+            if is_budget(fr.resource)
+        }
 
     def charge_budget(self, queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> None:
         """Charge a queue for budget used this period (a run that ended)."""
@@ -292,6 +298,21 @@ class ClusterState:
         del self.admitted[record.name]
         self.refund(queue, record.usage)
         return queue
+
+    @contextmanager
+    def ended(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:
+        """Simulate that ``records`` ended now: no quota held, their real use of each
+        budget charged; then put them back."""
+        gone = list(records)
+        charged = [(self.queues[r.admission.cluster_queue], self.run_use(r)) for r in gone]
+        with self.without(gone):
+            for queue, use in charged:
+                self.charge(queue, use)
+            try:
+                yield
+            finally:
+                for queue, use in charged:
+                    self.refund(queue, use)
 
     @contextmanager
     def without(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:

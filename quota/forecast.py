@@ -89,4 +89,3 @@ def _end(record: AdmittedWorkload, now: datetime) -> datetime:
 
 def _has_budgets(engine: QuotaEngine) -> bool:
     return any(queue.budgets for queue in engine.state.queues.values())
-

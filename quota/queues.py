@@ -9,6 +9,7 @@ tree. A StrictFIFO head stays at the front and blocks its queue.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -49,7 +50,11 @@ class PendingQueue:
     # Whether workloads alike in priority and pod sets fare alike here. Not so when
     # LowerOrNewerEqualPriority makes the creation time matter for preemption.
     equivalence: bool = True
-    heap: list[tuple[QueueKey, Workload]] = field(default_factory=list)
+    # (order, push number, workload): a re-pushed workload (e.g. what it would commit of
+    # a budget changed) leaves a stale entry of the same order behind, so entries
+    # never fall through to comparing workloads.
+    heap: list[tuple[QueueKey, int, Workload]] = field(default_factory=list)
+    pushes: Iterator[int] = field(default_factory=itertools.count)
     active: dict[str, Workload] = field(default_factory=dict)
     inadmissible: dict[str, Workload] = field(default_factory=dict)
     # A BestEffortFIFO preemptor waiting for its victims stays at the front (Kueue's
@@ -67,7 +72,7 @@ class PendingQueue:
             return
         self.active[workload.name] = workload
         self.by_class.setdefault(key, {})[workload.name] = workload
-        heapq.heappush(self.heap, (queue_key(workload), workload))
+        heapq.heappush(self.heap, (queue_key(workload), next(self.pushes), workload))
 
     def _deactivate(self, workload: Workload) -> None:
         del self.active[workload.name]
@@ -83,7 +88,7 @@ class PendingQueue:
             self._deactivate(workload)
             return workload
         while self.heap:
-            _, workload = heapq.heappop(self.heap)
+            _, _, workload = heapq.heappop(self.heap)
             # Entries of deleted or re-pushed workloads stay in the heap; skip them.
             if self.active.get(workload.name) is workload:
                 self._deactivate(workload)

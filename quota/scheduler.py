@@ -350,10 +350,11 @@ class _Cycle:
     def fits(
         self, queue: ClusterQueueNode, usage: dict[FlavorResource, int], targets: list[Target]
     ) -> bool:
-        """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone?"""
+        """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone
+        (their real use of budgets charged)?"""
         gone = {name: record for name, (record, _) in self.preempted.items()}
         gone |= {t.name: t.record for t in targets}
-        with self.state.without(gone.values()):
+        with self.state.ended(gone.values()):
             return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
 
 
