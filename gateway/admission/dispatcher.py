@@ -8,7 +8,9 @@ Each pass:
      releases its quota (the admission loop counts only admitted and running work);
      while it lasts, the backend's own job id, state and pending reason are noted;
   3. cancel requested -> stop the job; once stopped: cancelled;
-  4. preempted (pending again, job still named) -> stop the job, forget it.
+  4. preempted (pending again, job still named) -> stop the job, forget it;
+  5. running -> if the backend no longer knows the job or lost it: lost, back to pending
+     (requeued), to run again as a new attempt.
 Every row change is guarded by the row's version, like the admission loop's, and its
 event (dispatched, adopted, running, requeued, lost, finished, failed, cancelled) is
 written in the same transaction, only if the change was.
@@ -16,8 +18,10 @@ written in the same transaction, only if the change was.
 Reconciling with the backend: a submit that finds the job already there (a gateway that
 died between submitting and noting it) is recorded as ``adopted``, not submitted again; a
 running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it after
-MinJobAge, or lost its state) is ``lost``: the workload goes back to pending and runs again
-as a new attempt, never failed silently.
+MinJobAge or lost its state, a Ray head came back without its jobs) or ended through a
+failure of its own (``JobState.LOST``: Ray's job supervisor died with the head) is
+``lost``: the workload goes back to pending and runs again as a new attempt, never failed
+silently.
 
 Which backend: the one the workload names, else the one its admitted flavors name
 (``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
@@ -209,7 +213,7 @@ class Dispatcher:
             await self._waiting(row, err)  # it may well still run there: look again
             return
         noted = _noted(status)
-        if status.state is JobState.UNKNOWN:
+        if status.state in (JobState.UNKNOWN, JobState.LOST):
             await self._lost(row, backend, status, result)
             return
         if status.state in (JobState.PENDING, JobState.RUNNING):
@@ -263,12 +267,14 @@ class Dispatcher:
         self, row: WorkloadRow, backend: Backend, status: JobStatus, result: DispatchResult
     ) -> None:
         """The backend no longer knows a job the gateway thinks running (it forgot it after
-        its MinJobAge while the gateway was away, or lost its state): the run is lost, not
-        failed; the workload waits for quota again and runs as a new attempt."""
-        message = (
-            f"the {backend.name} backend no longer knows job {row.job_id}"
-            f"{f' ({row.backend_job_id})' if row.backend_job_id else ''}; it runs again"
-        )
+        its MinJobAge while the gateway was away, or lost its state), or lost it (ended it
+        through a failure of its own): the run is lost, not failed; the workload waits for
+        quota again and runs as a new attempt."""
+        job = f"job {row.job_id}{f' ({row.backend_job_id})' if row.backend_job_id else ''}"
+        if status.state is JobState.LOST:
+            message = f"the {backend.name} backend lost {job} ({status.message}); it runs again"
+        else:
+            message = f"the {backend.name} backend no longer knows {job}; it runs again"
         lost = {
             "backend": backend.name,
             "job": row.job_id,

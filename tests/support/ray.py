@@ -146,13 +146,17 @@ def _env() -> dict[str, str]:
     }
 
 
-def start_head(directory: Path, venv: Path | None = None) -> RayHead:
+def start_head(directory: Path, venv: Path | None = None, *, again: bool = False) -> RayHead:
     """Start a head with its temp dir under ``directory`` (kept short: Ray's unix socket
-    paths must fit in 107 bytes). Waits until the Jobs API answers."""
+    paths must fit in 107 bytes). Waits until the Jobs API answers. ``again``: on the ports
+    of the head last started there (stopped since), as a head brought back after an outage
+    comes back at its old address; it knows none of the old head's jobs."""
     venv = venv or ray_venv()
     directory.mkdir(parents=True, exist_ok=True)
     temp = directory / "t"
-    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = _free_ports(7)
+    last = json.loads((directory / "head.json").read_text()) if again else None
+    ports = last["ports"] if last else _free_ports(7)
+    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = ports
     command = [
         str(_ray_bin(venv)),
         "start",
@@ -175,8 +179,10 @@ def start_head(directory: Path, venv: Path | None = None) -> RayHead:
         f"--temp-dir={temp}",
     ]
     url = f"http://127.0.0.1:{dashboard}"
-    (directory / "head.json").write_text(json.dumps({"url": url, "temp": str(temp), "gcs": gcs}))
-    with (directory / "ray-start.log").open("wb") as out:
+    (directory / "head.json").write_text(
+        json.dumps({"url": url, "temp": str(temp), "gcs": gcs, "ports": ports})
+    )
+    with (directory / "ray-start.log").open("ab") as out:
         result = subprocess.run(
             command, env=_env(), stdout=out, stderr=subprocess.STDOUT, check=False, timeout=180
         )

@@ -17,6 +17,7 @@ from gateway.backends.base import JobSpec, JobState, JobStatus
 
 __all__ = [
     "KILL_AFTER_SECONDS",
+    "LOST_ERROR_TYPES",
     "TIMED_OUT",
     "RayJobInfo",
     "RayJobRequest",
@@ -38,6 +39,13 @@ _STATES: dict[str, JobState] = {
     "SUCCEEDED": JobState.SUCCEEDED,
     "FAILED": JobState.FAILED,
 }
+# Ray's error types of a FAILED job that say Ray's own machinery failed, not the job: its
+# supervisor actor died (with the head or its worker) or could not be found again (a head
+# restarted with its job table, as with GCS fault tolerance). Such a job did not finish; the
+# gateway runs it again. The job's own failures (its runtime env, its command's start or
+# exit) and Ray giving up on placing it (start timeout, unschedulable: the same would happen
+# again) stay failures.
+LOST_ERROR_TYPES = frozenset({"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_START_FAILURE"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ class RayJobInfo:
     message: str = ""
     end_time_ms: int | None = None
     driver_exit_code: int | None = None
+    error_type: str = ""
 
 
 def _int(value: object) -> int | None:
@@ -120,13 +129,14 @@ def read_job_info(body: object) -> RayJobInfo | None:
     submission_id, status = body.get("submission_id"), body.get("status")
     if not isinstance(submission_id, str) or not isinstance(status, str):
         return None
-    message = body.get("message")
+    message, error_type = body.get("message"), body.get("error_type")
     return RayJobInfo(
         submission_id=submission_id,
         status=status.upper(),
         message=message if isinstance(message, str) else "",
         end_time_ms=_int(body.get("end_time")),
         driver_exit_code=_int(body.get("driver_exit_code")),
+        error_type=error_type.upper() if isinstance(error_type, str) else "",
     )
 
 
@@ -143,6 +153,8 @@ def job_status(info: RayJobInfo, started_at: datetime | None = None) -> JobStatu
     """The gateway's view of a Ray job. ``started_at`` is the gateway's own observation of
     the job starting to run: Ray's ``start_time`` is when it was *submitted*."""
     state = _STATES.get(info.status, JobState.RUNNING)
+    if state is JobState.FAILED and info.error_type in LOST_ERROR_TYPES:
+        state = JobState.LOST
     exit_code = info.driver_exit_code if state.is_final else None
     if state is JobState.PENDING:
         message = f"pending on Ray: {_message(info.message)}" if info.message else "pending on Ray"
@@ -150,6 +162,9 @@ def job_status(info: RayJobInfo, started_at: datetime | None = None) -> JobStatu
         message = "ended at its max runtime (exit code 124 from timeout)"
     elif state is JobState.FAILED:
         message = _message(info.message) or f"exited with code {exit_code}"
+    elif state is JobState.LOST:
+        said = _message(info.message)
+        message = f"Ray lost the job ({info.error_type}){f': {said}' if said else ''}"
     elif state is JobState.CANCELLED:
         message = "stopped on Ray"
     else:
