@@ -146,11 +146,19 @@ def _env() -> dict[str, str]:
     }
 
 
-def start_head(directory: Path, venv: Path | None = None, *, again: bool = False) -> RayHead:
+def start_head(
+    directory: Path,
+    venv: Path | None = None,
+    *,
+    again: bool = False,
+    gpus: int = FAKE_GPUS,
+    cpus: int = CPUS,
+) -> RayHead:
     """Start a head with its temp dir under ``directory`` (kept short: Ray's unix socket
     paths must fit in 107 bytes). Waits until the Jobs API answers. ``again``: on the ports
     of the head last started there (stopped since), as a head brought back after an outage
-    comes back at its old address; it knows none of the old head's jobs."""
+    comes back at its old address; it knows none of the old head's jobs. ``gpus`` fake
+    GPUs and ``cpus`` CPUs are claimed (a benchmark claims more than the machine has)."""
     venv = venv or ray_venv()
     directory.mkdir(parents=True, exist_ok=True)
     temp = directory / "t"
@@ -171,8 +179,8 @@ def start_head(directory: Path, venv: Path | None = None, *, again: bool = False
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--metrics-export-port={metrics}",
         f"--runtime-env-agent-port={runtime_env}",
-        f"--num-cpus={CPUS}",
-        f"--num-gpus={FAKE_GPUS}",
+        f"--num-cpus={cpus}",
+        f"--num-gpus={gpus}",
         # Small: the tests move no objects, and /dev/shm is shared with everything else.
         "--object-store-memory=100000000",
         "--disable-usage-stats",
@@ -256,10 +264,10 @@ def stop_head(directory: Path, timeout: float = 3.0) -> None:
 
 
 @contextlib.contextmanager
-def ray_head(directory: Path) -> Iterator[RayHead]:
+def ray_head(directory: Path, *, gpus: int = FAKE_GPUS, cpus: int = CPUS) -> Iterator[RayHead]:
     """A head for the duration of the block; stopped however the block ends."""
     try:
-        yield start_head(directory)
+        yield start_head(directory, gpus=gpus, cpus=cpus)
     finally:
         stop_head(directory)
 
