@@ -56,6 +56,7 @@ from gateway.backends import (
     JobSpec,
     JobState,
     JobStatus,
+    PassScoped,
     PodShape,
 )
 from quota.resources import MILLI, parse_quantity
@@ -118,6 +119,9 @@ class Dispatcher:
 
     async def run_pass(self) -> DispatchResult:
         result = DispatchResult()
+        for each in list(self.backends.values()):
+            if isinstance(each, PassScoped):
+                each.begin_pass()  # what it learned in the last pass is stale now
         async with self.database.session() as session:
             rows = (
                 await session.exec(

@@ -57,6 +57,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
+    "PassScoped",
     "PodShape",
     "refusal_of",
     "validate_workload_id",
@@ -342,6 +343,15 @@ class Identifying(Protocol):
     without asking the scheduler again: ``None`` when it does not."""
 
     def backend_job_id(self, workload_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class PassScoped(Protocol):
+    """A backend that may keep what it learned during one dispatcher pass (e.g. Slurm's job
+    list, read once to find jobs by name) and must forget it at the next: the dispatcher
+    calls ``begin_pass()`` before it asks the backend anything in a pass."""
+
+    def begin_pass(self) -> None: ...
 
 
 @runtime_checkable
