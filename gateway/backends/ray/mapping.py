@@ -2,7 +2,9 @@
 pure functions, so the whole mapping is tested by tables (tests/ray/test_ray_mapping.py).
 
 A gang is one Ray job: its entrypoint gets the gang's *total* GPUs, CPUs and memory
-(``entrypoint_num_gpus`` etc.), which Ray reserves for the driver while it runs.
+(``entrypoint_num_gpus`` etc.), which Ray reserves for the driver while it runs. The
+workload's ``ray`` section (options.py) adds runtime_env pieces, custom resources and
+metadata.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from gateway.backends.base import JobSpec, JobState, JobStatus
+from gateway.backends.ray.options import RESERVED_RESOURCES, RayOptions
 
 __all__ = [
     "KILL_AFTER_SECONDS",
@@ -60,12 +65,14 @@ class RayJobRequest:
     num_cpus: float | None = None
     memory_bytes: int | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
+    # runtime_env pieces beside env_vars (the workload's ``ray`` section).
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "submission_id": self.submission_id,
             "entrypoint": self.entrypoint,
-            "runtime_env": {"env_vars": dict(self.env_vars)},
+            "runtime_env": {**self.runtime_env, "env_vars": dict(self.env_vars)},
             "metadata": dict(self.metadata),
         }
         if self.num_gpus:
@@ -93,7 +100,12 @@ def job_request(spec: JobSpec) -> RayJobRequest:
         "tenant": spec.tenant,
         "queue": spec.queue,
     }
-    metadata = {f"ignara.{k}": v for k, v in names.items() if v}
+    # Validated by the API before it was stored; converted again, as any stored input.
+    asked = msgspec.convert(spec.options.get("ray", {}), RayOptions)
+    metadata = {
+        **(asked.metadata or {}),
+        **{f"ignara.{k}": v for k, v in names.items() if v},  # the gateway's keys win
+    }
     limit = f"timeout --kill-after={KILL_AFTER_SECONDS} {spec.max_runtime_seconds}"
     return RayJobRequest(
         submission_id=spec.workload_id,
@@ -103,6 +115,12 @@ def job_request(spec: JobSpec) -> RayJobRequest:
         num_gpus=gpus,
         num_cpus=None if cpu_millis is None else cpu_millis / 1000,
         memory_bytes=spec.limits.memory_bytes,
+        resources={
+            k: v
+            for k, v in (asked.entrypoint_resources or {}).items()
+            if k not in RESERVED_RESOURCES  # the gang's requests set those
+        },
+        runtime_env=asked.runtime_env(),
     )
 
 
