@@ -20,7 +20,7 @@ from tenants.models import WorkloadRow
 from tenants.services import apply_config
 from tenants.services.config import load_backend_config
 from tests.conftest import fresh_sqlite
-from tests.kubernetes.schemas import jobset_schema_path, validate_job, validate_jobset
+from tests.kubernetes.schemas import validate_job, validate_jobset
 from tests.support.kube_api import FakeKubeApi
 
 GPU = "nvidia.com/gpu"
@@ -224,9 +224,7 @@ async def test_a_gang_of_two_pod_sets_becomes_a_jobset(
     replicated = {r["name"]: r["template"]["spec"] for r in jobset["spec"]["replicatedJobs"]}
     assert replicated["workers"]["parallelism"] == 4
     assert replicated["workers"]["template"]["spec"]["nodeSelector"] == {"gpu": "h100"}
-    path = jobset_schema_path()
-    if path is not None:
-        validate_jobset(jobset, path)
+    validate_jobset({k: v for k, v in jobset.items() if k != "status"})
     done = {"type": "Completed", "status": "True", "lastTransitionTime": "2026-11-25T10:05:00Z"}
     api.set_status("jobsets", f"{row.id}-3", {"conditions": [done]})
     done_row = await passes_until(dispatcher, sqlite, row.id, lambda r: r.finished_at is not None)
