@@ -2,8 +2,12 @@
 to the end, stop what was preempted or cancelled.
 
 Each pass:
-  1. admitted -> submit the job (named ``<workload>-<attempt>``, so a retry after a
-     crash is a no-op and a re-admission after preemption is a new job) -> running;
+  1. admitted -> note the job's name on the row, then submit the job (named
+     ``<workload>-<attempt>``, so a retry after a crash is a no-op and a re-admission
+     after preemption is a new job) -> running. Noted first, so a preemption or cancel
+     landing between the submit and the row's change to running finds the job named and
+     stops it (4, 3) instead of leaving it running unseen; a job of an earlier attempt
+     still named (re-admitted before its stop was seen through) is stopped first;
   2. running -> if the backend says it ended: succeeded / failed / cancelled, which
      releases its quota (the admission loop counts only admitted and running work);
      while it lasts, the backend's own job id, state and pending reason are noted;
@@ -157,6 +161,8 @@ class Dispatcher:
 
     async def _start(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         job_id = f"{row.id}-{row.attempt}"
+        if row.job_id != job_id and not await self._named(row, job_id, backend):
+            return  # an earlier job still stopping, or the row changed: next pass
         job = row.spec["job"]
         try:
             spec = JobSpec(
@@ -186,7 +192,9 @@ class Dispatcher:
             await self._waiting(row, err)
             return  # quota stays held; the next pass tries again
         known = backend.backend_job_id(job_id) if isinstance(backend, Identifying) else None
-        await self._guarded(
+        # Not written when the row changed meanwhile (preempted, cancelled): the job is
+        # named on it, so the next pass stops it.
+        if await self._guarded(
             row,
             (
                 "adopted" if found is True else "dispatched",
@@ -205,8 +213,25 @@ class Dispatcher:
                 if found is True
                 else f"submitted to the {backend.name} backend"
             ),
-        )
-        result.started.append(row.id)
+        ):
+            result.started.append(row.id)
+
+    async def _named(self, row: WorkloadRow, job_id: str, backend: Backend) -> bool:
+        """Note ``job_id`` (and its backend) on the admitted row before its job exists;
+        False when it cannot be yet: a job of an earlier attempt is still named and not
+        stopped, or the row changed since it was read."""
+        if row.job_id is not None:
+            earlier = self.backends.get(row.backend or "")
+            if earlier is not None:
+                try:
+                    await earlier.cancel(row.job_id)
+                    status = await earlier.status(row.job_id)
+                    if status.state in (JobState.PENDING, JobState.RUNNING):
+                        return False  # stopping; look again next pass
+                except BackendError as err:
+                    log.warning("cannot stop job %s on %s yet: %s", row.job_id, earlier.name, err)
+                    return False
+        return await self._guarded(row, None, job_id=job_id, backend=backend.name)
 
     async def _follow(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         if row.job_id is None:
@@ -346,14 +371,20 @@ class Dispatcher:
             **noted,
         )
 
-    async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> None:
+    async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> bool:
         """Write only if the row is as read, with its events in the same transaction; a lost
-        race writes neither and is retried next pass."""
+        race writes neither and is retried next pass. True when written (``row`` is then
+        as written, so the pass may change it again)."""
         async with self.database.session() as session:
-            if await update_if_unchanged(session, row, **values):
-                for event in events:
-                    if event is not None:
-                        record_event(session, row, event[0], event[1])
+            if not await update_if_unchanged(session, row, **values):
+                return False
+            for event in events:
+                if event is not None:
+                    record_event(session, row, event[0], event[1])
+        row.version += 1
+        for name, value in values.items():
+            setattr(row, name, value)
+        return True
 
 
 def _noted(status: JobStatus) -> dict[str, Any]:

@@ -11,10 +11,11 @@ by tables and every manifest is checked against the official schemas
 Every object is created running (``suspend: false``: admission already happened in the
 gateway), never retried by Kubernetes (``backoffLimit: 0``, ``restartPolicy: Never``, no
 JobSet restarts: a failure is the gateway's to requeue), and bounded by the workload's max
-runtime (``activeDeadlineSeconds``). Pods get no service account token: a job never runs
-with the gateway's (or anyone's) powers on the cluster. The workload's ``kubernetes``
-section (options.py) adds node labels, tolerations, pod labels and annotations and a
-working directory; the flavor's placement and the gateway's labels win over it.
+runtime (``activeDeadlineSeconds``), and deleted by Kubernetes a while after it ends
+(``ttlSecondsAfterFinished``, the backend's setting). Pods get no service account token:
+a job never runs with the gateway's (or anyone's) powers on the cluster. The workload's
+``kubernetes`` section (options.py) adds node labels, tolerations, pod labels and
+annotations and a working directory; the flavor's placement and the gateway's labels win.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class KubernetesJobSettings:
     image: str
     use_jobset: bool = True
     flavors: Mapping[str, Placement] = field(default_factory=dict)
+    # A finished Job or JobSet is deleted by Kubernetes this long after it ended. Until the
+    # gateway has seen the end, it needs the object: one gone before is taken as lost (run
+    # again), so this is longer than any outage of the gateway's is expected to be.
+    ttl_seconds_after_finished: int = 7 * 86400
 
 
 def _digest(text: str, length: int) -> str:
@@ -219,12 +224,9 @@ def manifest(spec: JobSpec, settings: KubernetesJobSettings) -> dict[str, Any]:
         "annotations": annotations,
     }
     if len(spec.pods) <= 1:
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": metadata,
-            "spec": _job_spec(spec, settings, 0, labels, annotations),
-        }
+        job = _job_spec(spec, settings, 0, labels, annotations)
+        job["ttlSecondsAfterFinished"] = settings.ttl_seconds_after_finished
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job}
     if not settings.use_jobset:
         raise JobRejectedError(
             f"a gang of {len(spec.pods)} pod sets needs a JobSet, and this Kubernetes backend "
@@ -251,6 +253,8 @@ def manifest(spec: JobSpec, settings: KubernetesJobSettings) -> dict[str, Any]:
         "spec": {
             "suspend": False,
             "failurePolicy": {"maxRestarts": 0},
+            # The JobSet's own (its child Jobs go with it).
+            "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
             "replicatedJobs": replicated,
         },
     }
