@@ -15,6 +15,8 @@ Each pass:
   4. preempted (pending again, job still named) -> stop the job, forget it;
   5. running -> if the backend no longer knows the job or lost it: lost, back to pending
      (requeued), to run again as a new attempt.
+A backend that keeps what it learns within a pass (``PassScoped``: Slurm reads its job
+list once per pass to find jobs by name) is told when each pass begins.
 Every row change is guarded by the row's version, like the admission loop's, and its
 event (dispatched, adopted, running, requeued, lost, finished, failed, cancelled) is
 written in the same transaction, only if the change was.
