@@ -143,6 +143,9 @@ class KubernetesBackendDoc(
     use_jobset: bool = True
     flavors: Annotated[dict[str, KubernetesFlavorDoc], Meta(max_length=64)] = {}
     timeout_seconds: Annotated[float, Meta(gt=0, le=300)] = 10.0
+    # How long a finished Job or JobSet stays before Kubernetes deletes it (its
+    # ttlSecondsAfterFinished): long enough for the gateway to note its end after an outage.
+    ttl_seconds_after_finished: Annotated[int, Meta(ge=0, le=366 * 86400)] = 7 * 86400
 
 
 class RayBackendDoc(

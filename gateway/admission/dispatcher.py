@@ -2,13 +2,21 @@
 to the end, stop what was preempted or cancelled.
 
 Each pass:
-  1. admitted -> submit the job (named ``<workload>-<attempt>``, so a retry after a
-     crash is a no-op and a re-admission after preemption is a new job) -> running;
+  1. admitted -> note the job's name on the row, then submit the job (named
+     ``<workload>-<attempt>``, so a retry after a crash is a no-op and a re-admission
+     after preemption is a new job) -> running. Noted first, so a preemption or cancel
+     landing between the submit and the row's change to running finds the job named and
+     stops it (4, 3) instead of leaving it running unseen; a job of an earlier attempt
+     still named (re-admitted before its stop was seen through) is stopped first;
   2. running -> if the backend says it ended: succeeded / failed / cancelled, which
      releases its quota (the admission loop counts only admitted and running work);
      while it lasts, the backend's own job id, state and pending reason are noted;
   3. cancel requested -> stop the job; once stopped: cancelled;
-  4. preempted (pending again, job still named) -> stop the job, forget it.
+  4. preempted (pending again, job still named) -> stop the job, forget it;
+  5. running -> if the backend no longer knows the job or lost it: lost, back to pending
+     (requeued), to run again as a new attempt.
+A backend that keeps what it learns within a pass (``PassScoped``: Slurm reads its job
+list once per pass to find jobs by name) is told when each pass begins.
 Every row change is guarded by the row's version, like the admission loop's, and its
 event (dispatched, adopted, running, requeued, lost, finished, failed, cancelled) is
 written in the same transaction, only if the change was.
@@ -16,8 +24,10 @@ written in the same transaction, only if the change was.
 Reconciling with the backend: a submit that finds the job already there (a gateway that
 died between submitting and noting it) is recorded as ``adopted``, not submitted again; a
 running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it after
-MinJobAge, or lost its state) is ``lost``: the workload goes back to pending and runs again
-as a new attempt, never failed silently.
+MinJobAge or lost its state, a Ray head came back without its jobs) or ended through a
+failure of its own (``JobState.LOST``: Ray's job supervisor died with the head) is
+``lost``: the workload goes back to pending and runs again as a new attempt, never failed
+silently.
 
 Which backend: the one the workload names, else the one its admitted flavors name
 (``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
@@ -52,6 +62,7 @@ from gateway.backends import (
     JobSpec,
     JobState,
     JobStatus,
+    PassScoped,
     PodShape,
 )
 from quota.resources import MILLI, parse_quantity
@@ -114,6 +125,9 @@ class Dispatcher:
 
     async def run_pass(self) -> DispatchResult:
         result = DispatchResult()
+        for each in list(self.backends.values()):
+            if isinstance(each, PassScoped):
+                each.begin_pass()  # what it learned in the last pass is stale now
         async with self.database.session() as session:
             rows = (
                 await session.exec(
@@ -149,6 +163,8 @@ class Dispatcher:
 
     async def _start(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         job_id = f"{row.id}-{row.attempt}"
+        if row.job_id != job_id and not await self._named(row, job_id, backend):
+            return  # an earlier job still stopping, or the row changed: next pass
         job = row.spec["job"]
         try:
             spec = JobSpec(
@@ -178,7 +194,9 @@ class Dispatcher:
             await self._waiting(row, err)
             return  # quota stays held; the next pass tries again
         known = backend.backend_job_id(job_id) if isinstance(backend, Identifying) else None
-        await self._guarded(
+        # Not written when the row changed meanwhile (preempted, cancelled): the job is
+        # named on it, so the next pass stops it.
+        if await self._guarded(
             row,
             (
                 "adopted" if found is True else "dispatched",
@@ -197,8 +215,25 @@ class Dispatcher:
                 if found is True
                 else f"submitted to the {backend.name} backend"
             ),
-        )
-        result.started.append(row.id)
+        ):
+            result.started.append(row.id)
+
+    async def _named(self, row: WorkloadRow, job_id: str, backend: Backend) -> bool:
+        """Note ``job_id`` (and its backend) on the admitted row before its job exists;
+        False when it cannot be yet: a job of an earlier attempt is still named and not
+        stopped, or the row changed since it was read."""
+        if row.job_id is not None:
+            earlier = self.backends.get(row.backend or "")
+            if earlier is not None:
+                try:
+                    await earlier.cancel(row.job_id)
+                    status = await earlier.status(row.job_id)
+                    if status.state in (JobState.PENDING, JobState.RUNNING):
+                        return False  # stopping; look again next pass
+                except BackendError as err:
+                    log.warning("cannot stop job %s on %s yet: %s", row.job_id, earlier.name, err)
+                    return False
+        return await self._guarded(row, None, job_id=job_id, backend=backend.name)
 
     async def _follow(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         if row.job_id is None:
@@ -209,7 +244,7 @@ class Dispatcher:
             await self._waiting(row, err)  # it may well still run there: look again
             return
         noted = _noted(status)
-        if status.state is JobState.UNKNOWN:
+        if status.state in (JobState.UNKNOWN, JobState.LOST):
             await self._lost(row, backend, status, result)
             return
         if status.state in (JobState.PENDING, JobState.RUNNING):
@@ -263,12 +298,14 @@ class Dispatcher:
         self, row: WorkloadRow, backend: Backend, status: JobStatus, result: DispatchResult
     ) -> None:
         """The backend no longer knows a job the gateway thinks running (it forgot it after
-        its MinJobAge while the gateway was away, or lost its state): the run is lost, not
-        failed; the workload waits for quota again and runs as a new attempt."""
-        message = (
-            f"the {backend.name} backend no longer knows job {row.job_id}"
-            f"{f' ({row.backend_job_id})' if row.backend_job_id else ''}; it runs again"
-        )
+        its MinJobAge while the gateway was away, or lost its state), or lost it (ended it
+        through a failure of its own): the run is lost, not failed; the workload waits for
+        quota again and runs as a new attempt."""
+        job = f"job {row.job_id}{f' ({row.backend_job_id})' if row.backend_job_id else ''}"
+        if status.state is JobState.LOST:
+            message = f"the {backend.name} backend lost {job} ({status.message}); it runs again"
+        else:
+            message = f"the {backend.name} backend no longer knows {job}; it runs again"
         lost = {
             "backend": backend.name,
             "job": row.job_id,
@@ -336,14 +373,20 @@ class Dispatcher:
             **noted,
         )
 
-    async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> None:
+    async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> bool:
         """Write only if the row is as read, with its events in the same transaction; a lost
-        race writes neither and is retried next pass."""
+        race writes neither and is retried next pass. True when written (``row`` is then
+        as written, so the pass may change it again)."""
         async with self.database.session() as session:
-            if await update_if_unchanged(session, row, **values):
-                for event in events:
-                    if event is not None:
-                        record_event(session, row, event[0], event[1])
+            if not await update_if_unchanged(session, row, **values):
+                return False
+            for event in events:
+                if event is not None:
+                    record_event(session, row, event[0], event[1])
+        row.version += 1
+        for name, value in values.items():
+            setattr(row, name, value)
+        return True
 
 
 def _noted(status: JobStatus) -> dict[str, Any]:

@@ -57,6 +57,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
+    "PassScoped",
     "PodShape",
     "refusal_of",
     "validate_workload_id",
@@ -129,13 +130,17 @@ class BackendClosedError(BackendError):
 
 
 class JobState(StrEnum):
-    """Where a backend job is. ``unknown`` means the backend has no job of that id."""
+    """Where a backend job is. ``unknown`` means the backend has no job of that id;
+    ``lost`` that the backend still shows the job, ended, but by its own failure, not the
+    job's (e.g. Ray's job supervisor died with the head): the job did not finish, and the
+    dispatcher runs the workload again, as for an ``unknown`` one."""
 
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    LOST = "lost"
     UNKNOWN = "unknown"
 
     @property
@@ -144,7 +149,7 @@ class JobState(StrEnum):
 
 
 FINAL_STATES: frozenset[JobState] = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}
 )
 
 
@@ -313,7 +318,8 @@ class Backend(Protocol):
     - ``cancel`` is idempotent: it stops a pending or running job (SIGTERM to the job, then
       SIGKILL after a grace period, or the backend's equivalent) and returns once it is
       stopped; cancelling a finished or unknown job does nothing.
-    - ``status`` of an id the backend does not know reports ``JobState.UNKNOWN``.
+    - ``status`` of an id the backend does not know reports ``JobState.UNKNOWN``; of a job
+      the backend ended through a failure of its own (not the job's), ``JobState.LOST``.
     - ``logs`` returns at most ``tail_bytes`` from the end of the job's combined output.
     - ``close`` releases the backend's own resources.
     """
@@ -337,6 +343,15 @@ class Identifying(Protocol):
     without asking the scheduler again: ``None`` when it does not."""
 
     def backend_job_id(self, workload_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class PassScoped(Protocol):
+    """A backend that may keep what it learned during one dispatcher pass (e.g. Slurm's job
+    list, read once to find jobs by name) and must forget it at the next: the dispatcher
+    calls ``begin_pass()`` before it asks the backend anything in a pass."""
+
+    def begin_pass(self) -> None: ...
 
 
 @runtime_checkable

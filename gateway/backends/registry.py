@@ -146,6 +146,7 @@ def kubernetes_backend(doc: KubernetesBackendDoc) -> KubernetesBackend:
         namespace=doc.namespace,
         image=doc.image,
         use_jobset=doc.use_jobset,
+        ttl_seconds_after_finished=doc.ttl_seconds_after_finished,
         flavors={
             flavor: Placement(
                 dict(p.node_labels),

@@ -1,5 +1,5 @@
-"""Backend-specific sections of a workload (``slurm: {...}``; the Ray and Kubernetes
-backends add theirs here): each one's options, checked before anything is persisted, and
+"""Backend-specific sections of a workload (``slurm: {...}``, ``ray: {...}``,
+``kubernetes: {...}``): each one's options, checked before anything is persisted, and
 which backends a section is for.
 
 To add one: a strict ``msgspec.Struct`` of its options, an entry in ``SECTIONS`` (the key
@@ -16,6 +16,10 @@ from typing import Any
 import msgspec
 
 from gateway.backends.base import Backend
+from gateway.backends.kubernetes import KubernetesBackend
+from gateway.backends.kubernetes.options import KubernetesOptions
+from gateway.backends.ray import RayBackend
+from gateway.backends.ray.options import RayOptions
 from gateway.backends.slurm import SlurmBackend
 from gateway.backends.slurm.options import SlurmOptions
 
@@ -34,6 +38,16 @@ SECTIONS: dict[str, Section] = {
     "slurm": Section(
         SlurmOptions,
         lambda backend: isinstance(backend, SlurmBackend),
+        lambda options, runtime: options.problem(runtime),
+    ),
+    "ray": Section(
+        RayOptions,
+        lambda backend: isinstance(backend, RayBackend),
+        lambda options, runtime: options.problem(runtime),
+    ),
+    "kubernetes": Section(
+        KubernetesOptions,
+        lambda backend: isinstance(backend, KubernetesBackend),
         lambda options, runtime: options.problem(runtime),
     ),
 }
@@ -73,7 +87,11 @@ def check_sections(
 
 
 def _where(name: str, message: str) -> tuple[str, str]:
-    """msgspec says ``... - at `$.qos``` or ``unknown field `qos```: the field's full name."""
+    """msgspec says ``... - at `$.qos```, ``... - at `key` in `$.labels``` or ``unknown
+    field `qos```: the field's full name."""
+    said, _, key_in = message.partition(" - at `key` in `$")
+    if key_in:
+        return f"{name}{key_in.rstrip('`')}", f"a key: {said}"
     said, _, at = message.partition(" - at `$")
     if at:
         return f"{name}{at.rstrip('`')}", said

@@ -71,9 +71,11 @@ class WorkloadIn(_In):
     # Backend-specific sections, checked by gateway.backends.sections before anything is
     # stored (a 422 naming the option); a new backend's section is a field here too.
     slurm: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
+    ray: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
+    kubernetes: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
 
     def sections(self) -> dict[str, dict[str, Any] | None]:
-        return {"slurm": self.slurm}
+        return {"slurm": self.slurm, "ray": self.ray, "kubernetes": self.kubernetes}
 
     def to_submission(self, options: dict[str, dict[str, Any]] | None = None) -> WorkloadSubmission:
         return WorkloadSubmission(

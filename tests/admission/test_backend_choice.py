@@ -56,3 +56,23 @@ def row(
 def test_the_backend_of_a_workload(workload: WorkloadRow, backend: str) -> None:
     dispatcher = Dispatcher(Database("sqlite:///:memory:"), {}, FLAVORS)
     assert dispatcher.backend_of(workload) == backend
+
+
+class Remembering:
+    """A backend that keeps something per pass: it counts the passes it was told of."""
+
+    name = "hpc"
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def begin_pass(self) -> None:
+        self.passes += 1
+
+
+async def test_every_pass_tells_a_pass_scoped_backend_it_begins(database: Database) -> None:
+    backend = Remembering()
+    dispatcher = Dispatcher(database, {"hpc": backend}, FLAVORS)  # type: ignore[dict-item]
+    await dispatcher.run_pass()
+    await dispatcher.run_pass()
+    assert backend.passes == 2

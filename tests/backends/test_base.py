@@ -86,4 +86,4 @@ def test_spec_copies_its_inputs() -> None:
 
 def test_final_states() -> None:
     final = {state for state in JobState if state.is_final}
-    assert final == {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    assert final == {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}

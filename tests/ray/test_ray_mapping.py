@@ -88,6 +88,28 @@ STARTED = datetime(2026, 11, 25, 17, 0, tzinfo=UTC)
          JobState.CANCELLED, None, "stopped on Ray", T0),
         # A state word Ray may add later: not an end the gateway cannot see.
         (RayJobInfo("j", "DRAINING", ""), JobState.RUNNING, None, "", None),
+        # Ray's own machinery ended the job (its supervisor died with the head, or a head
+        # back with its job table found it gone): lost, not the job's failure.
+        (RayJobInfo("j", "FAILED", "Job supervisor actor died: The actor died\n\tpid: 7",
+                    T0, None, "JOB_SUPERVISOR_ACTOR_DIED"),
+         JobState.LOST, None,
+         "Ray lost the job (JOB_SUPERVISOR_ACTOR_DIED): Job supervisor actor died: The actor "
+         "died pid: 7", T0),
+        (RayJobInfo("j", "FAILED", "Unexpected error occurred: failed to get job supervisor.",
+                    T0, None, "JOB_SUPERVISOR_ACTOR_START_FAILURE"),
+         JobState.LOST, None,
+         "Ray lost the job (JOB_SUPERVISOR_ACTOR_START_FAILURE): Unexpected error occurred: "
+         "failed to get job supervisor.", T0),
+        # The job's own failures, and Ray giving up on placing it, stay failures.
+        (RayJobInfo("j", "FAILED", "Job entrypoint command failed with exit code 3", T0, 3,
+                    "JOB_ENTRYPOINT_COMMAND_ERROR"),
+         JobState.FAILED, 3, "Job entrypoint command failed with exit code 3", T0),
+        (RayJobInfo("j", "FAILED", "runtime_env setup failed: no such pip package", T0, None,
+                    "RUNTIME_ENV_SETUP_FAILURE"),
+         JobState.FAILED, None, "runtime_env setup failed: no such pip package", T0),
+        (RayJobInfo("j", "FAILED", "Job supervisor actor failed to start within 900.0 s",
+                    T0, None, "JOB_SUPERVISOR_ACTOR_START_TIMEOUT"),
+         JobState.FAILED, None, "Job supervisor actor failed to start within 900.0 s", T0),
     ],
 )  # fmt: skip
 def test_ray_job_info_becomes_a_status(
@@ -141,6 +163,10 @@ def test_job_info_reads_what_ray_sends() -> None:
         "driver_exit_code": 1,
     }  # fmt: skip
     assert read_job_info(body) == RayJobInfo("wl-1-1", "FAILED", "failed", T0 + 5, 1)
+    body["error_type"] = "JOB_SUPERVISOR_ACTOR_DIED"
+    assert read_job_info(body) == RayJobInfo(
+        "wl-1-1", "FAILED", "failed", T0 + 5, 1, "JOB_SUPERVISOR_ACTOR_DIED"
+    )
 
 
 TRACEBACK = (

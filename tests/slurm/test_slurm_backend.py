@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gateway.backends import (
@@ -99,6 +100,54 @@ async def test_a_resubmit_finds_the_job_even_from_a_new_adapter(
         await restarted.close()
     status = await until(hpc, "once-1", lambda s: s.state.is_final)
     assert status.state is JobState.CANCELLED
+
+
+class Counting(httpx.AsyncHTTPTransport):
+    """The real transport, counting the requests it carries (``"GET /slurm/.../jobs"``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(f"{request.method} {request.url.path}")
+        return await super().handle_async_request(request)
+
+
+async def test_a_pass_lists_slurms_jobs_once_and_a_second_submit_still_finds_the_first(
+    slurm: SlurmCluster,
+) -> None:
+    counting = Counting()
+    settings = SlurmJobSettings(partition=slurm.partition, output_dir=str(slurm.directory / "out"))
+    hpc = SlurmBackend(
+        "hpc", slurm.url, token=slurm.token, user=slurm.user, job_settings=settings,
+        transport=counting,
+    )  # fmt: skip
+    restarted = adapter(slurm, slurm.directory / "out")  # a gateway that crashed earlier
+    jobs = [JobSpec(f"pass-{i}-1", ("sleep", "30"), {}, 120, pods=(PodShape(1),)) for i in range(4)]
+    try:
+        await restarted.submit(jobs[0])  # on Slurm before this adapter's pass begins
+        hpc.begin_pass()
+        found = [await hpc.submit(job) for job in jobs]
+        assert found == [True, False, False, False]
+        assert await hpc.submit(jobs[2]) is True  # the second submit finds the first
+        listings = [c for c in counting.calls if c.startswith("GET ") and c.endswith("/jobs")]
+        assert len(listings) == 1, counting.calls
+        assert [len(jobs_named(slurm, job.workload_id)) for job in jobs] == [1, 1, 1, 1]
+        # Another new adapter learns every job's id by name, from one listing.
+        ids = SlurmBackend("hpc", slurm.url, token=slurm.token, user=slurm.user)
+        ids.begin_pass()
+        statuses = [await ids.status(job.workload_id) for job in jobs]
+        assert all(s.state is not JobState.UNKNOWN for s in statuses), statuses
+        assert [s.backend_job_id for s in statuses] == [
+            hpc.backend_job_id(job.workload_id) for job in jobs
+        ]
+        await ids.close()
+    finally:
+        for job in jobs:
+            await hpc.cancel(job.workload_id)
+        await hpc.close()
+        await restarted.close()
 
 
 async def test_cancel_stops_a_running_job_and_exit_codes_come_back(

@@ -146,13 +146,25 @@ def _env() -> dict[str, str]:
     }
 
 
-def start_head(directory: Path, venv: Path | None = None) -> RayHead:
+def start_head(
+    directory: Path,
+    venv: Path | None = None,
+    *,
+    again: bool = False,
+    gpus: int = FAKE_GPUS,
+    cpus: int = CPUS,
+) -> RayHead:
     """Start a head with its temp dir under ``directory`` (kept short: Ray's unix socket
-    paths must fit in 107 bytes). Waits until the Jobs API answers."""
+    paths must fit in 107 bytes). Waits until the Jobs API answers. ``again``: on the ports
+    of the head last started there (stopped since), as a head brought back after an outage
+    comes back at its old address; it knows none of the old head's jobs. ``gpus`` fake
+    GPUs and ``cpus`` CPUs are claimed (a benchmark claims more than the machine has)."""
     venv = venv or ray_venv()
     directory.mkdir(parents=True, exist_ok=True)
     temp = directory / "t"
-    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = _free_ports(7)
+    last = json.loads((directory / "head.json").read_text()) if again else None
+    ports = last["ports"] if last else _free_ports(7)
+    gcs, dashboard, client, agent, agent_grpc, metrics, runtime_env = ports
     command = [
         str(_ray_bin(venv)),
         "start",
@@ -167,16 +179,18 @@ def start_head(directory: Path, venv: Path | None = None) -> RayHead:
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--metrics-export-port={metrics}",
         f"--runtime-env-agent-port={runtime_env}",
-        f"--num-cpus={CPUS}",
-        f"--num-gpus={FAKE_GPUS}",
+        f"--num-cpus={cpus}",
+        f"--num-gpus={gpus}",
         # Small: the tests move no objects, and /dev/shm is shared with everything else.
         "--object-store-memory=100000000",
         "--disable-usage-stats",
         f"--temp-dir={temp}",
     ]
     url = f"http://127.0.0.1:{dashboard}"
-    (directory / "head.json").write_text(json.dumps({"url": url, "temp": str(temp), "gcs": gcs}))
-    with (directory / "ray-start.log").open("wb") as out:
+    (directory / "head.json").write_text(
+        json.dumps({"url": url, "temp": str(temp), "gcs": gcs, "ports": ports})
+    )
+    with (directory / "ray-start.log").open("ab") as out:
         result = subprocess.run(
             command, env=_env(), stdout=out, stderr=subprocess.STDOUT, check=False, timeout=180
         )
@@ -250,10 +264,10 @@ def stop_head(directory: Path, timeout: float = 3.0) -> None:
 
 
 @contextlib.contextmanager
-def ray_head(directory: Path) -> Iterator[RayHead]:
+def ray_head(directory: Path, *, gpus: int = FAKE_GPUS, cpus: int = CPUS) -> Iterator[RayHead]:
     """A head for the duration of the block; stopped however the block ends."""
     try:
-        yield start_head(directory)
+        yield start_head(directory, gpus=gpus, cpus=cpus)
     finally:
         stop_head(directory)
 

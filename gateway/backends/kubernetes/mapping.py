@@ -11,8 +11,11 @@ by tables and every manifest is checked against the official schemas
 Every object is created running (``suspend: false``: admission already happened in the
 gateway), never retried by Kubernetes (``backoffLimit: 0``, ``restartPolicy: Never``, no
 JobSet restarts: a failure is the gateway's to requeue), and bounded by the workload's max
-runtime (``activeDeadlineSeconds``). Pods get no service account token: a job never runs
-with the gateway's (or anyone's) powers on the cluster.
+runtime (``activeDeadlineSeconds``), and deleted by Kubernetes a while after it ends
+(``ttlSecondsAfterFinished``, the backend's setting). Pods get no service account token:
+a job never runs with the gateway's (or anyone's) powers on the cluster. The workload's
+``kubernetes`` section (options.py) adds node labels, tolerations, pod labels and
+annotations and a working directory; the flavor's placement and the gateway's labels win.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from gateway.backends.base import JobRejectedError, JobSpec, JobState, JobStatus
+from gateway.backends.kubernetes.options import KubernetesOptions
 
 __all__ = [
     "GPU_RESOURCE",
@@ -72,6 +78,10 @@ class KubernetesJobSettings:
     image: str
     use_jobset: bool = True
     flavors: Mapping[str, Placement] = field(default_factory=dict)
+    # A finished Job or JobSet is deleted by Kubernetes this long after it ended. Until the
+    # gateway has seen the end, it needs the object: one gone before is taken as lost (run
+    # again), so this is longer than any outage of the gateway's is expected to be.
+    ttl_seconds_after_finished: int = 7 * 86400
 
 
 def _digest(text: str, length: int) -> str:
@@ -155,6 +165,8 @@ def _job_spec(
 ) -> dict[str, Any]:
     pod = spec.pods[index] if spec.pods else None
     count = pod.count if pod is not None else 1
+    # Validated by the API before it was stored; converted again, as any stored input.
+    asked = msgspec.convert(spec.options.get("kubernetes", {}), KubernetesOptions)
     env = {**spec.env, "IGNARA_JOB": spec.workload_id}
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -163,6 +175,8 @@ def _job_spec(
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
+    if asked.working_dir is not None:
+        container["workingDir"] = asked.working_dir
     resources = _quantities(pod.cpu_millis, pod.memory_bytes, pod.gpus) if pod else {}
     if resources:
         container["resources"] = resources
@@ -173,10 +187,20 @@ def _job_spec(
         "containers": [container],
     }
     placement = settings.flavors.get(pod.flavor) if pod is not None and pod.flavor else None
-    if placement is not None and placement.node_labels:
-        pod_spec["nodeSelector"] = dict(placement.node_labels)
-    if placement is not None and placement.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in placement.tolerations]
+    placement = placement or Placement()
+    # The flavor's node labels win: a section narrows where the pods go, never widens it.
+    node_selector = {**(asked.node_selector or {}), **placement.node_labels}
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    tolerations = [dict(t) for t in placement.tolerations]
+    tolerations += [t.manifest() for t in asked.tolerations or []]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    # The gateway's labels and annotations win (they find the job's pods).
+    metadata = {
+        "labels": {**(asked.labels or {}), **pod_labels},
+        "annotations": {**(asked.annotations or {}), **annotations},
+    }
     return {
         "completionMode": "Indexed",
         "completions": count,
@@ -184,10 +208,7 @@ def _job_spec(
         "backoffLimit": 0,
         "activeDeadlineSeconds": spec.max_runtime_seconds,
         "suspend": False,
-        "template": {
-            "metadata": {"labels": dict(pod_labels), "annotations": dict(annotations)},
-            "spec": pod_spec,
-        },
+        "template": {"metadata": metadata, "spec": pod_spec},
     }
 
 
@@ -203,12 +224,9 @@ def manifest(spec: JobSpec, settings: KubernetesJobSettings) -> dict[str, Any]:
         "annotations": annotations,
     }
     if len(spec.pods) <= 1:
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": metadata,
-            "spec": _job_spec(spec, settings, 0, labels, annotations),
-        }
+        job = _job_spec(spec, settings, 0, labels, annotations)
+        job["ttlSecondsAfterFinished"] = settings.ttl_seconds_after_finished
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job}
     if not settings.use_jobset:
         raise JobRejectedError(
             f"a gang of {len(spec.pods)} pod sets needs a JobSet, and this Kubernetes backend "
@@ -235,6 +253,8 @@ def manifest(spec: JobSpec, settings: KubernetesJobSettings) -> dict[str, Any]:
         "spec": {
             "suspend": False,
             "failurePolicy": {"maxRestarts": 0},
+            # The JobSet's own (its child Jobs go with it).
+            "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
             "replicatedJobs": replicated,
         },
     }

@@ -2,7 +2,9 @@
 pure functions, so the whole mapping is tested by tables (tests/ray/test_ray_mapping.py).
 
 A gang is one Ray job: its entrypoint gets the gang's *total* GPUs, CPUs and memory
-(``entrypoint_num_gpus`` etc.), which Ray reserves for the driver while it runs.
+(``entrypoint_num_gpus`` etc.), which Ray reserves for the driver while it runs. The
+workload's ``ray`` section (options.py) adds runtime_env pieces, custom resources and
+metadata.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from gateway.backends.base import JobSpec, JobState, JobStatus
+from gateway.backends.ray.options import RESERVED_RESOURCES, RayOptions
 
 __all__ = [
     "KILL_AFTER_SECONDS",
+    "LOST_ERROR_TYPES",
     "TIMED_OUT",
     "RayJobInfo",
     "RayJobRequest",
@@ -38,6 +44,13 @@ _STATES: dict[str, JobState] = {
     "SUCCEEDED": JobState.SUCCEEDED,
     "FAILED": JobState.FAILED,
 }
+# Ray's error types of a FAILED job that say Ray's own machinery failed, not the job: its
+# supervisor actor died (with the head or its worker) or could not be found again (a head
+# restarted with its job table, as with GCS fault tolerance). Such a job did not finish; the
+# gateway runs it again. The job's own failures (its runtime env, its command's start or
+# exit) and Ray giving up on placing it (start timeout, unschedulable: the same would happen
+# again) stay failures.
+LOST_ERROR_TYPES = frozenset({"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_START_FAILURE"})
 
 
 @dataclass(frozen=True)
@@ -52,12 +65,14 @@ class RayJobRequest:
     num_cpus: float | None = None
     memory_bytes: int | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
+    # runtime_env pieces beside env_vars (the workload's ``ray`` section).
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "submission_id": self.submission_id,
             "entrypoint": self.entrypoint,
-            "runtime_env": {"env_vars": dict(self.env_vars)},
+            "runtime_env": {**self.runtime_env, "env_vars": dict(self.env_vars)},
             "metadata": dict(self.metadata),
         }
         if self.num_gpus:
@@ -85,7 +100,12 @@ def job_request(spec: JobSpec) -> RayJobRequest:
         "tenant": spec.tenant,
         "queue": spec.queue,
     }
-    metadata = {f"ignara.{k}": v for k, v in names.items() if v}
+    # Validated by the API before it was stored; converted again, as any stored input.
+    asked = msgspec.convert(spec.options.get("ray", {}), RayOptions)
+    metadata = {
+        **(asked.metadata or {}),
+        **{f"ignara.{k}": v for k, v in names.items() if v},  # the gateway's keys win
+    }
     limit = f"timeout --kill-after={KILL_AFTER_SECONDS} {spec.max_runtime_seconds}"
     return RayJobRequest(
         submission_id=spec.workload_id,
@@ -95,6 +115,12 @@ def job_request(spec: JobSpec) -> RayJobRequest:
         num_gpus=gpus,
         num_cpus=None if cpu_millis is None else cpu_millis / 1000,
         memory_bytes=spec.limits.memory_bytes,
+        resources={
+            k: v
+            for k, v in (asked.entrypoint_resources or {}).items()
+            if k not in RESERVED_RESOURCES  # the gang's requests set those
+        },
+        runtime_env=asked.runtime_env(),
     )
 
 
@@ -107,6 +133,7 @@ class RayJobInfo:
     message: str = ""
     end_time_ms: int | None = None
     driver_exit_code: int | None = None
+    error_type: str = ""
 
 
 def _int(value: object) -> int | None:
@@ -120,13 +147,14 @@ def read_job_info(body: object) -> RayJobInfo | None:
     submission_id, status = body.get("submission_id"), body.get("status")
     if not isinstance(submission_id, str) or not isinstance(status, str):
         return None
-    message = body.get("message")
+    message, error_type = body.get("message"), body.get("error_type")
     return RayJobInfo(
         submission_id=submission_id,
         status=status.upper(),
         message=message if isinstance(message, str) else "",
         end_time_ms=_int(body.get("end_time")),
         driver_exit_code=_int(body.get("driver_exit_code")),
+        error_type=error_type.upper() if isinstance(error_type, str) else "",
     )
 
 
@@ -143,6 +171,8 @@ def job_status(info: RayJobInfo, started_at: datetime | None = None) -> JobStatu
     """The gateway's view of a Ray job. ``started_at`` is the gateway's own observation of
     the job starting to run: Ray's ``start_time`` is when it was *submitted*."""
     state = _STATES.get(info.status, JobState.RUNNING)
+    if state is JobState.FAILED and info.error_type in LOST_ERROR_TYPES:
+        state = JobState.LOST
     exit_code = info.driver_exit_code if state.is_final else None
     if state is JobState.PENDING:
         message = f"pending on Ray: {_message(info.message)}" if info.message else "pending on Ray"
@@ -150,6 +180,9 @@ def job_status(info: RayJobInfo, started_at: datetime | None = None) -> JobStatu
         message = "ended at its max runtime (exit code 124 from timeout)"
     elif state is JobState.FAILED:
         message = _message(info.message) or f"exited with code {exit_code}"
+    elif state is JobState.LOST:
+        said = _message(info.message)
+        message = f"Ray lost the job ({info.error_type}){f': {said}' if said else ''}"
     elif state is JobState.CANCELLED:
         message = "stopped on Ray"
     else:

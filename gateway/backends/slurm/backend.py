@@ -2,7 +2,10 @@
 
 - submit: the job is named by the gateway's job name (``<workload>-<attempt>``); before
   submitting, the adapter looks for a job of that name (GET /jobs), so a resubmit after a
-  crash adopts the job instead of starting a second one;
+  crash adopts the job instead of starting a second one. Within one dispatcher pass
+  (``begin_pass``) the list is read once and kept, with the jobs this adapter submits
+  added as it submits them: N submits in a pass cost one listing, not N, and a second
+  submit of a name still finds the first;
 - status: GET /job/{id} (state, pending reason, start/end, exit code);
 - cancel: DELETE /job/{id}: Slurm sends SIGTERM, then SIGKILL after its KillWait grace;
   the dispatcher keeps asking the status until the job has ended;
@@ -11,7 +14,9 @@
 - slurmrestd unreachable: :class:`BackendUnavailableError` from every call; the workload
   waits and nothing is submitted twice.
 
-The name -> Slurm job id map is a cache: after a restart it is rebuilt from GET /jobs.
+The name -> Slurm job id map is a cache: after a restart it is rebuilt from GET /jobs. Only
+the dispatcher (one leader among gateways) submits, so no job of a name appears between a
+pass's listing and its submits except this adapter's own.
 """
 
 from __future__ import annotations
@@ -69,16 +74,25 @@ class SlurmBackend:
             transport=transport,
         )
         self._ids: dict[str, int] = {}
+        # This pass's GET /jobs, newest job per name (None: not read in this pass, or no
+        # pass: then every lookup lists again).
+        self._listed: dict[str, JobRecord] | None = None
+        self._in_pass = False
         self._closed = False
 
     def __repr__(self) -> str:  # never the token
         return f"SlurmBackend({self.name!r}, {self.client.url!r})"
 
+    def begin_pass(self) -> None:
+        """A dispatcher pass begins: the job list read in the last one is stale."""
+        self._listed = None
+        self._in_pass = True
+
     async def submit(self, job: JobSpec) -> bool:
         """Submit, or find the job of that name submitted before (e.g. by a gateway that
         crashed before it noted it): then ``True``, and nothing is submitted."""
         self._check_open()
-        if await self._find(job.workload_id) is not None:
+        if job.workload_id in self._ids or await self._find(job.workload_id) is not None:
             return True
         request = job_request(job, self.settings)
         await asyncio.to_thread(self._prepare_output_dir)
@@ -133,12 +147,19 @@ class SlurmBackend:
             await self.client.aclose()
 
     async def _find(self, name: str) -> JobRecord | None:
-        """The newest job of that name Slurm still knows (GET /jobs), noted in the cache."""
-        matches = [r for r in await self.client.jobs() if r.name == name]
-        if not matches:
-            return None
-        newest = max(matches, key=lambda r: r.job_id)
-        self._ids[name] = newest.job_id
+        """The newest job of that name Slurm still knows (GET /jobs, once per pass), noted
+        in the cache."""
+        listed = self._listed
+        if listed is None:
+            listed = {}
+            for record in await self.client.jobs():
+                if record.name not in listed or record.job_id > listed[record.name].job_id:
+                    listed[record.name] = record
+            if self._in_pass:
+                self._listed = listed
+        newest = listed.get(name)
+        if newest is not None:
+            self._ids[name] = newest.job_id
         return newest
 
     def _prepare_output_dir(self) -> None:
