@@ -8,9 +8,13 @@ from sqlmodel import Field, SQLModel
 
 from tenants.models._base import timestamp_field
 
-__all__ = ["AMOUNT_SCALE", "ChargeRow"]
+__all__ = ["AMOUNT_SCALE", "HOURS_SUFFIX", "INPUT_TOKENS", "OUTPUT_TOKENS", "ChargeRow"]
 
 AMOUNT_SCALE = 6  # decimals kept of an amount: a micro-GPU-hour, a millionth of a token
+# The resources charged: "<resource>-hours" for a metered resource's use over time
+# (nvidia.com/gpu-hours), and an inference call's prompt and completion tokens.
+HOURS_SUFFIX = "-hours"
+INPUT_TOKENS, OUTPUT_TOKENS = "input-tokens", "output-tokens"
 _ID = BigInteger().with_variant(Integer(), "sqlite")
 
 

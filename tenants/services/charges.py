@@ -42,7 +42,7 @@ from sqlmodel.sql.expression import Select
 from quota.periods import BudgetPeriod, day_slices, period_start
 from quota.resources import MILLI, QuantityError, parse_quantity
 from tenants.models import ChargeRow, ClusterQueueRow, CohortRow, WorkloadRow
-from tenants.models.charge import AMOUNT_SCALE
+from tenants.models.charge import AMOUNT_SCALE, HOURS_SUFFIX, INPUT_TOKENS, OUTPUT_TOKENS
 
 __all__ = [
     "GPU",
@@ -67,8 +67,6 @@ __all__ = [
 ]
 
 GPU = "nvidia.com/gpu"
-HOURS_SUFFIX = "-hours"
-INPUT_TOKENS, OUTPUT_TOKENS = "input-tokens", "output-tokens"
 TOKEN_RESOURCES = (INPUT_TOKENS, OUTPUT_TOKENS)
 TOKENS_PER_PRICE = 1_000_000  # token prices are per million tokens
 _ENDED = ("succeeded", "failed", "cancelled")
