@@ -46,6 +46,7 @@ from tenants.models.charge import AMOUNT_SCALE, HOURS_SUFFIX, INPUT_TOKENS, OUTP
 
 __all__ = [
     "GPU",
+    "count_charges",
     "GROUP_KEYS",
     "HOURS_SUFFIX",
     "INPUT_TOKENS",
@@ -320,6 +321,17 @@ async def charged_hours(
     return {(q, f, r): _as_amount(total, dialect) for q, f, r, total in rows}
 
 
+async def count_charges(
+    session: AsyncSession, *, tenant: str | None, start: date, end: date
+) -> int:
+    """How many charges ``tenant`` (None: every tenant) has on ``start``..``end``."""
+    query = select(func.count()).select_from(ChargeRow)
+    query = query.where(col(ChargeRow.day) >= start, col(ChargeRow.day) <= end)
+    if tenant is not None:
+        query = query.where(col(ChargeRow.tenant) == tenant)
+    return int((await session.exec(query)).one())
+
+
 class GroupKey(StrEnum):
     TENANT = "tenant"
     QUEUE = "queue"
@@ -356,15 +368,19 @@ class ReportRow:
     period: date
     group: dict[str, str | None]
     amounts: dict[str, Decimal] = field(default_factory=dict)
-    money: Decimal = Decimal(0)
+    monies: dict[str, Decimal] = field(default_factory=dict)  # of the priced resources
     unpriced: set[str] = field(default_factory=set)
+
+    @property
+    def money(self) -> Decimal:
+        return sum(self.monies.values(), Decimal(0))
 
     def add(self, resource: str, amount: Decimal, money: Decimal | None) -> None:
         self.amounts[resource] = self.amounts.get(resource, Decimal(0)) + amount
         if money is None:
             self.unpriced.add(resource)
         else:
-            self.money += money
+            self.monies[resource] = self.monies.get(resource, Decimal(0)) + money
 
 
 @dataclass
