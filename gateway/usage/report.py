@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import msgspec
 
-from gateway.usage.schemas import ChargesOut, decimal_text
+from gateway.usage.schemas import ChargesOut, decimal_text, money_text
 from tenants.services.charges import ChargeReport, ReportRow
 
 __all__ = ["FORMATS", "render"]
@@ -68,7 +68,7 @@ def _line(
 def _money(value: Decimal | None, currency: str | None) -> str:
     if currency is None or value is None:
         return ""
-    return decimal_text(value)
+    return money_text(value)
 
 
 def _table(header: list[str], lines: list[list[str]], totals: list[list[str]]) -> str:

@@ -19,6 +19,7 @@ __all__ = [
     "UsageOut",
     "UsageTotals",
     "decimal_text",
+    "money_text",
 ]
 
 
@@ -84,6 +85,14 @@ def decimal_text(value: Decimal) -> str:
 _MICRO = Decimal("0.000001")
 
 
+def money_text(value: Decimal) -> str:
+    """Money as plain text: half up to 6 places, at least 2 ("221.25", "30.00",
+    "0.000123")."""
+    text = decimal_text(value)
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
+
+
 class ChargesRowOut(msgspec.Struct):
     period: date  # the period's first day (a week starts on Monday), UTC
     group: dict[str, str | None]  # the grouping keys asked for; model is null for GPU-hours
@@ -97,7 +106,7 @@ class ChargesRowOut(msgspec.Struct):
             period=row.period,
             group=dict(row.group),
             amounts={r: decimal_text(a) for r, a in sorted(row.amounts.items())},
-            money=decimal_text(row.money) if priced else None,
+            money=money_text(row.money) if priced else None,
             unpriced=sorted(row.unpriced) if priced else [],
         )
 

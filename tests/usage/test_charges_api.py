@@ -158,20 +158,20 @@ def test_a_months_report_by_queue_in_both_currencies(client: TestClient[Any]) ->
                 "group": {"queue": "team-a"},
                 # 20 GPU-hours x 2.50; a million input x 0.20, a quarter output x 0.80
                 "amounts": {GPU_HOURS: "20", "input-tokens": "1000000", "output-tokens": "250000"},
-                "money": "50.4",
+                "money": "50.40",
                 "unpriced": [],
             },
             {
                 "period": "2026-11-01",
                 "group": {"queue": "team-a2"},
                 "amounts": {GPU_HOURS: "1.5", "input-tokens": "500000"},
-                "money": "0.1",  # a100 has no price
+                "money": "0.10",  # a100 has no price
                 "unpriced": [GPU_HOURS],
             },
         ],
         "totals": {
             "amounts": {GPU_HOURS: "21.5", "input-tokens": "1500000", "output-tokens": "250000"},
-            "money": "50.5",
+            "money": "50.50",
             "unpriced": [GPU_HOURS],
         },
     }

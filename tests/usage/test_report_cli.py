@@ -74,13 +74,13 @@ def test_a_months_table_grouped_by_tenant(env: dict[str, str]) -> None:
     ]
     rows = [line.split() for line in lines[2:] if not line.startswith("-")]
     assert rows == [
-        ["2026-11-01", "alpha", "input-tokens", "1000000", "0.2", "USD"],
-        ["2026-11-01", "alpha", GPU_HOURS, "17.5", "40", "USD", "yes"],  # a100 is unpriced
-        ["2026-11-01", "alpha", "output-tokens", "250000", "0.2", "USD"],
-        ["2026-11-01", "beta", GPU_HOURS, "2", "5", "USD"],
-        ["total", "input-tokens", "1000000", "0.2", "USD"],
-        ["total", GPU_HOURS, "19.5", "45", "USD", "yes"],
-        ["total", "output-tokens", "250000", "0.2", "USD"],
+        ["2026-11-01", "alpha", "input-tokens", "1000000", "0.20", "USD"],
+        ["2026-11-01", "alpha", GPU_HOURS, "17.5", "40.00", "USD", "yes"],  # a100 is unpriced
+        ["2026-11-01", "alpha", "output-tokens", "250000", "0.20", "USD"],
+        ["2026-11-01", "beta", GPU_HOURS, "2", "5.00", "USD"],
+        ["total", "input-tokens", "1000000", "0.20", "USD"],
+        ["total", GPU_HOURS, "19.5", "45.00", "USD", "yes"],
+        ["total", "output-tokens", "250000", "0.20", "USD"],
     ]
 
 
@@ -95,8 +95,8 @@ def test_csv_and_json_say_the_same(env: dict[str, str]) -> None:
         if r["resource"] == GPU_HOURS
     ]
     assert gpu == [
-        ("2026-11-02", "team-a", "h100", "16", "40"),
-        ("2026-11-02", "team-b", "h100", "2", "5"),
+        ("2026-11-02", "team-a", "h100", "16", "40.00"),
+        ("2026-11-02", "team-b", "h100", "2", "5.00"),
         ("2026-11-09", "team-a2", "a100", "1.5", ""),
     ]
     as_json = ignara(env, *common, "--format", "json")
