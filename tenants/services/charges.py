@@ -46,7 +46,6 @@ from tenants.models.charge import AMOUNT_SCALE, HOURS_SUFFIX, INPUT_TOKENS, OUTP
 
 __all__ = [
     "GPU",
-    "count_charges",
     "GROUP_KEYS",
     "HOURS_SUFFIX",
     "INPUT_TOKENS",
@@ -61,6 +60,7 @@ __all__ = [
     "charge_report",
     "charged_hours",
     "cohort_paths",
+    "count_charges",
     "ends_run",
     "insert_charges",
     "round_amount",
