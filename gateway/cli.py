@@ -1,4 +1,4 @@
-"""The `ignara` command line: `serve`, `apply`, `simulate` and `keys`."""
+"""The `ignara` command line: `serve`, `apply`, `simulate`, `keys` and `report`."""
 
 from __future__ import annotations
 
@@ -329,6 +329,110 @@ def revoke_key(key_id: str) -> None:
         return f"revoked key {key_id} of {owner} ({principal.name})"
 
     click.echo(_run_on_database(revoke), err=True)
+
+
+PROGRESS_CHARGES = 20_000  # a report over more charges than this shows a progress bar
+
+
+@main.command()
+@click.option("--month", default=None, help="The UTC month, e.g. 2026-11 (default: this month).")
+@click.option("--start", default=None, help="Or the first day, e.g. 2026-11-01 ...")
+@click.option("--end", default=None, help="... and the last (included); at most 366 days.")
+@click.option(
+    "--per",
+    type=click.Choice(["day", "week", "month"]),
+    default="month",
+    show_default=True,
+    help="One row per UTC day, week (from Monday) or month.",
+)
+@click.option(
+    "--group-by",
+    default="",
+    help="Comma-separated: tenant, queue, flavor, model, resource (default: none).",
+)
+@click.option("--tenant", default=None, help="Only this tenant's charges (default: every tenant).")
+@click.option("--model", default=None, help="Only this model's charges.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+def report(
+    month: str | None,
+    start: str | None,
+    end: str | None,
+    per: str,
+    group_by: str,
+    tenant: str | None,
+    model: str | None,
+    fmt: str,
+) -> None:
+    """The chargeback report from the database (DATABASE_URL, or ./ignara.db): the
+    GPU-hours and tokens charged, in amounts and, where prices are configured, money.
+
+    \b
+    ignara report --month 2026-11 --group-by tenant,resource
+    ignara report --month 2026-11 --per week --group-by queue --format csv
+    """
+    from datetime import date
+
+    from gateway.usage.controllers import month_days, parse_group_by
+    from gateway.usage.report import render
+    from quota.periods import BudgetPeriod
+    from tenants.models._base import utcnow
+    from tenants.services.charges import charge_report, count_charges
+    from tenants.services.config import load_prices
+
+    try:
+        keys = parse_group_by(group_by)
+        if month is not None and (start is not None or end is not None):
+            raise ValueError("give either --month or --start and --end")
+        if start is not None or end is not None:
+            if start is None or end is None:
+                raise ValueError("give both --start and --end")
+            first, last = date.fromisoformat(start), date.fromisoformat(end)
+            if not 0 <= (last - first).days < 366:
+                raise ValueError("--start .. --end: from 1 to 366 days, end not before start")
+        else:
+            first, last = month_days(month or f"{utcnow():%Y-%m}")
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+
+    async def read(session: Any) -> str:
+        prices = await load_prices(session)
+        many = await count_charges(session, tenant=tenant, start=first, end=last)
+        arguments: dict[str, Any] = {
+            "tenant": tenant,
+            "start": first,
+            "end": last,
+            "per": BudgetPeriod(per),
+            "group_by": keys,
+            "prices": prices,
+            "model": model,
+        }
+        if many > PROGRESS_CHARGES:
+            with click.progressbar(
+                length=(last - first).days + 1,
+                label=f"reading {many:,} charges",
+                file=sys.stderr,
+            ) as bar:
+                result = await charge_report(session, **arguments, progress=bar.update)
+        else:
+            result = await charge_report(session, **arguments)
+        return render(
+            fmt,
+            result,
+            tenant=tenant,
+            start=first,
+            end=last,
+            per=per,
+            group_by=keys,
+            currency=prices.currency,
+        )
+
+    click.echo(_run_on_database(read), nl=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

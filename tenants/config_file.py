@@ -23,6 +23,7 @@ A Kubernetes backend names a kubeconfig file (read when the backend starts) or
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -35,6 +36,7 @@ from quota.errors import ConfigError
 from quota.model import QuotaConfig
 from quota.periods import BudgetPeriod
 from tenants.model_checks import base_url_error, env_name_error, model_name_error
+from tenants.models.charge import HOURS_SUFFIX, INPUT_TOKENS, OUTPUT_TOKENS
 
 __all__ = [
     "SLURM_API_VERSIONS",
@@ -47,6 +49,7 @@ __all__ = [
     "LimitsDoc",
     "LocalBackendDoc",
     "ModelDoc",
+    "PricesDoc",
     "QueueWaitDoc",
     "RayBackendDoc",
     "SlurmBackendDoc",
@@ -220,6 +223,30 @@ class InferenceDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     waiting: list[QueueWaitDoc] = []
 
 
+MAX_PRICE = Decimal(10**9)
+PRICE_DECIMALS = 6
+
+
+class PricesDoc(msgspec.Struct, forbid_unknown_fields=True):
+    """What the chargeback reports turn amounts into money with: per flavor, the price
+    of one unit of each charged resource in ``currency`` (an ISO 4217 code): an hour of
+    a ``<resource>-hours`` resource, a million ``input-tokens`` or ``output-tokens``.
+    Prices are numbers or decimal strings, at most 6 decimals::
+
+        prices:
+          currency: USD
+          flavors:
+            h100: {nvidia.com/gpu-hours: 2.50}
+            llama-pool: {input-tokens: "0.15", output-tokens: "0.60"}
+    """
+
+    currency: Annotated[str, Meta(pattern=r"^[A-Z]{3}$")] = "USD"
+    flavors: Annotated[
+        dict[str, Annotated[dict[str, str | int | float], Meta(max_length=64)]],
+        Meta(max_length=1024),
+    ] = {}
+
+
 class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
     flavors: list[str | FlavorDoc] = []
     cohorts: list[CohortDoc] = []
@@ -230,6 +257,7 @@ class IgnaraConfig(msgspec.Struct, forbid_unknown_fields=True):
     models: list[ModelDoc] = []
     inference: InferenceDoc = msgspec.field(default_factory=InferenceDoc)
     backends: list[BackendDoc] = []
+    prices: PricesDoc | None = None  # None: reports give amounts only
 
     @property
     def flavor_names(self) -> list[str]:
@@ -302,6 +330,8 @@ def _check_names(config: IgnaraConfig) -> None:
                 raise ConfigError(f"tenants[{i}].queues[{j}]: unknown cluster queue {queue!r}")
     _check_models(config, queues)
     _check_backends(config)
+    if config.prices is not None:
+        config.prices = _checked_prices(config.prices, set(config.flavor_names))
 
 
 def _check_models(config: IgnaraConfig, queues: set[str]) -> None:
@@ -440,3 +470,39 @@ def _check_ray(where: str, backend: RayBackendDoc) -> None:
         raise ConfigError(f"{where}.url: {error.replace('base_url', 'url')}")
     if backend.token_env is not None and env_name_error(backend.token_env) is not None:
         raise ConfigError(f"{where}.token_env: invalid variable name {backend.token_env!r}")
+
+
+def _checked_prices(prices: PricesDoc, flavors: set[str]) -> PricesDoc:
+    """``prices`` with each price as its canonical decimal string ("2.5" for 2.50), so
+    a file and its export compare equal; raises :class:`ConfigError` naming the field."""
+    canonical: dict[str, dict[str, str | int | float]] = {}
+    for flavor, rates in prices.flavors.items():
+        where = f"prices.flavors.{flavor[:80]}"
+        if flavor not in flavors:
+            raise ConfigError(f"{where}: unknown flavor {flavor[:80]!r}")
+        canonical[flavor] = {}
+        for resource, value in rates.items():
+            if not (
+                resource in (INPUT_TOKENS, OUTPUT_TOKENS)
+                or (resource.endswith(HOURS_SUFFIX) and len(resource) > len(HOURS_SUFFIX))
+            ):
+                raise ConfigError(
+                    f"{where}.{resource[:80]}: not a charged resource "
+                    f"(a <resource>{HOURS_SUFFIX} such as nvidia.com/gpu-hours, "
+                    f"{INPUT_TOKENS} or {OUTPUT_TOKENS})"
+                )
+            canonical[flavor][resource] = _price(f"{where}.{resource}", value)
+    return PricesDoc(currency=prices.currency, flavors=canonical)
+
+
+def _price(where: str, value: str | int | float) -> str:
+    try:
+        price = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise ConfigError(f"{where}: {str(value)[:40]!r} is not a number") from None
+    if not price.is_finite() or not 0 <= price <= MAX_PRICE:
+        raise ConfigError(f"{where}: a price is from 0 to {MAX_PRICE}")
+    exponent = price.normalize().as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -PRICE_DECIMALS:
+        raise ConfigError(f"{where}: at most {PRICE_DECIMALS} decimals")
+    return format(price.normalize(), "f")

@@ -65,7 +65,9 @@ class MemoryLedger:
         result = self._ledger.reserve(queue, flavor, to_milli(amounts), at)
         if isinstance(result, Refusal):
             return _in_units(result)
-        grant_id = str(result.id)
+        # Unique beyond this process: the id names the call's usage record and token
+        # charges, which a restarted gateway's first calls must not collide with.
+        grant_id = f"{self.owner}.{result.id}"
         self._open[grant_id] = result
         self._sweep()
         return Grant(

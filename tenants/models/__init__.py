@@ -2,6 +2,7 @@
 
 from tenants.models.api_key import ApiKey
 from tenants.models.audit import AuditEntry
+from tenants.models.charge import ChargeRow
 from tenants.models.inference import ModelRow
 from tenants.models.principal import Principal
 from tenants.models.quota import ClusterQueueRow, CohortRow, FlavorRow
@@ -12,6 +13,7 @@ from tenants.models.workload import WorkloadEventRow, WorkloadRow
 __all__ = [
     "ApiKey",
     "AuditEntry",
+    "ChargeRow",
     "ClusterQueueRow",
     "CohortRow",
     "FlavorRow",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -23,7 +24,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from quota.config import ClusterQueueDoc, CohortDoc, QuotaDocument, to_quota_config
 from quota.model import QuotaConfig
 from quota.periods import BudgetPeriod
-from tenants.config_file import BackendDoc, IgnaraConfig, InferenceDoc, ModelDoc
+from tenants.config_file import BackendDoc, IgnaraConfig, InferenceDoc, ModelDoc, PricesDoc
 from tenants.errors import ConflictError
 from tenants.models import (
     AuditEntry,
@@ -36,6 +37,7 @@ from tenants.models import (
     WorkloadRow,
 )
 from tenants.models._base import utcnow
+from tenants.services.charges import Prices
 from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant, live_tenants
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "load_backend_config",
     "load_inference_settings",
     "load_models",
+    "load_prices",
     "load_quota_config",
 ]
 
@@ -109,6 +112,21 @@ async def load_inference_settings(session: AsyncSession) -> InferenceDoc:
     setting = await session.get(CohortRow, _SETTINGS_ROW)
     raw = setting.spec.get("inference") if setting is not None else None
     return msgspec.convert(raw or {}, InferenceDoc)
+
+
+async def load_prices(session: AsyncSession) -> Prices:
+    """The configured prices (none: reports give amounts only)."""
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    raw = setting.spec.get("prices") if setting is not None else None
+    if not raw:
+        return Prices()
+    doc = msgspec.convert(raw, PricesDoc)
+    rates = {
+        (flavor, resource): Decimal(str(price))
+        for flavor, prices in doc.flavors.items()
+        for resource, price in prices.items()
+    }
+    return Prices(doc.currency, rates)
 
 
 @dataclass(frozen=True)
@@ -187,6 +205,7 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
         "models": [m.spec for m in models],
         "inference": spec.get("inference") or {},
         "backends": spec.get("backends") or [],
+        **({"prices": spec["prices"]} if spec.get("prices") else {}),
     }
 
 
@@ -255,6 +274,7 @@ def _settings_spec(config: IgnaraConfig) -> dict[str, Any]:
         "inference": msgspec.to_builtins(config.inference),
         "backends": msgspec.to_builtins(config.backends),
         "flavor_backends": config.flavor_backends,
+        "prices": msgspec.to_builtins(config.prices) if config.prices is not None else None,
     }
 
 

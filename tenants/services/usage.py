@@ -22,6 +22,7 @@ from sqlmodel.sql.expression import Select
 
 from tenants.models import UsageRecordRow
 from tenants.models._base import utcnow
+from tenants.services.charges import call_charges, cohort_paths, insert_charges
 
 __all__ = [
     "QueueSpend",
@@ -124,14 +125,20 @@ def _row(record: UsageRecord) -> dict[str, Any]:
 
 
 async def insert_usage(session: AsyncSession, records: Sequence[UsageRecord]) -> None:
-    """Add ``records`` in one executemany of one INSERT. The statement is the same for
-    every batch, so it is compiled once (SQLAlchemy caches it) and the driver sends
-    the rows in as few round trips as it can. The caller's session owns the transaction."""
+    """Add ``records`` in one executemany of one INSERT, and their token charges to the
+    chargeback ledger in another, in the same transaction (a call recorded twice is
+    charged once: both skip a reservation already written). The statements are the same
+    for every batch, so each is compiled once (SQLAlchemy caches it) and the driver
+    sends the rows in as few round trips as it can. The caller's session owns the
+    transaction."""
     if not records:
         return
     connection = await session.connection()
     insert = _INSERTS.get(connection.dialect.name, _INSERT)
-    await connection.execute(insert, [_row(r) for r in records])
+    rows = [_row(r) for r in records]
+    await connection.execute(insert, rows)
+    paths = await cohort_paths(session, {row["queue"] for row in rows})
+    await insert_charges(session, call_charges(rows, paths))
 
 
 _TABLE = UsageRecordRow.__table__  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from quota.resources import parse_quantity
 from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
 from tenants.models import AuditEntry, ClusterQueueRow, Tenant, WorkloadEventRow, WorkloadRow
 from tenants.models._base import utcnow
+from tenants.services.charges import charge_ended_run
 
 __all__ = [
     "EVENT_TYPES",
@@ -306,16 +307,25 @@ async def update_if_unchanged(
     session: AsyncSession, row: WorkloadRow, *, expected_state: str | None = None, **values: Any
 ) -> bool:
     """Write ``values`` (and bump the version) only if nobody changed ``row`` since it
-    was read, and it is still in ``expected_state`` if one is given."""
+    was read, and it is still in ``expected_state`` if one is given.
+
+    Every change of a workload's state goes through here, so this is where a run that
+    the change ends (finished, failed, cancelled, preempted, lost) is charged its
+    GPU-hours, in the same transaction: a change never lands without its charge, nor
+    a charge without its change (:func:`tenants.services.charges.charge_ended_run`)."""
     condition = (col(WorkloadRow.id) == row.id) & (col(WorkloadRow.version) == row.version)
     if expected_state is not None:
         condition = condition & (col(WorkloadRow.state) == expected_state)
+    now = utcnow()
     result = await session.exec(
         update(WorkloadRow)
         .where(condition)
-        .values(version=row.version + 1, updated_at=utcnow(), **values)
+        .values(version=row.version + 1, updated_at=now, **values)
     )
-    return bool(result.rowcount == 1)
+    if result.rowcount != 1:
+        return False
+    await charge_ended_run(session, row, values, now)
+    return True
 
 
 def workload_from_row(row: WorkloadRow) -> Workload:

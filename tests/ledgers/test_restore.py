@@ -51,3 +51,15 @@ async def test_redis_keeps_its_own_budgets(redis_url: str) -> None:
         assert await ledger.usage("a", POOL, TPD, now=T0) == 0
     finally:
         await ledger.aclose()
+
+
+async def test_grant_ids_of_an_in_process_ledger_are_not_reused_by_the_next_one() -> None:
+    """A restarted gateway's ledger must not hand out the ids of the calls recorded
+    before the restart: a usage record (and its token charges) is written once per id,
+    so a reused id would drop the new call's record."""
+    before, after = MemoryLedger(team()), MemoryLedger(team())
+    first = await before.reserve("a", POOL, {TPM: 1}, now=T0)
+    second = await after.reserve("a", POOL, {TPM: 1}, now=T0)
+    assert isinstance(first, Grant) and isinstance(second, Grant)
+    assert first.id != second.id
+    assert len(first.id) <= 64  # the usage record's reservation column

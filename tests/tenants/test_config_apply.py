@@ -123,3 +123,55 @@ async def test_migrations_are_idempotent(database: Database) -> None:
     await database.migrate()  # already at head: a no-op
     async with database.session() as session:
         assert (await session.exec(select(func.count()).select_from(Tenant))).one() == 0
+
+
+async def test_prices_are_applied_audited_and_exported_as_written(database: Database) -> None:
+    from decimal import Decimal
+
+    from tenants.services import export_config
+    from tenants.services.config import load_prices
+
+    data = example()
+    async with database.session() as session:
+        await apply_config(session, parse_config(data), actor="test")
+        prices = await load_prices(session)
+    assert prices.currency == "USD"
+    assert prices.rates[("h100", "nvidia.com/gpu-hours")] == Decimal("2.5")
+    assert prices.money("h100", "nvidia.com/gpu-hours", Decimal(16)) == Decimal(40)
+    assert prices.money("llama-pool", "output-tokens", Decimal(2_000_000)) == Decimal("1.2")
+    assert prices.money("a100", "input-tokens", Decimal(5)) is None  # unpriced
+    data["prices"]["flavors"]["h100"]["nvidia.com/gpu-hours"] = "2.75"
+    async with database.session() as session:
+        report = await apply_config(session, parse_config(data), actor="test")
+    assert report.updated == ["setting prices"]
+    async with database.session() as session:
+        entry = (await session.exec(select(AuditEntry).where(AuditEntry.name == "prices"))).one()
+        exported = await export_config(session)
+    assert entry.detail["prices"]["flavors"]["h100"] == {"nvidia.com/gpu-hours": "2.75"}
+    async with database.session() as session:
+        again = await apply_config(session, parse_config(exported), actor="test")
+    assert not again.changed
+    del data["prices"]
+    async with database.session() as session:
+        await apply_config(session, parse_config(data), actor="test")
+        assert (await load_prices(session)).rates == {}
+
+
+@pytest.mark.parametrize(
+    ("prices", "message"),
+    [
+        ({"flavors": {"h200": {"nvidia.com/gpu-hours": 1}}}, "prices.flavors.h200: unknown flavor"),
+        ({"flavors": {"h100": {"nvidia.com/gpu": 1}}}, "not a charged resource"),
+        ({"flavors": {"h100": {"input-tokens": -1}}}, "a price is from 0 to"),
+        ({"flavors": {"h100": {"input-tokens": "NaN"}}}, "a price is from 0 to"),
+        ({"flavors": {"h100": {"input-tokens": "0.0000001"}}}, "at most 6 decimals"),
+        ({"flavors": {"h100": {"input-tokens": "cheap"}}}, "'cheap' is not a number"),
+        ({"currency": "dollars"}, "prices.currency"),
+        ({"rates": {}}, "unknown field `rates`"),
+    ],
+)
+def test_bad_prices_name_the_field(prices: dict[str, Any], message: str) -> None:
+    data = copy.deepcopy(example())
+    data["prices"] = prices
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data)

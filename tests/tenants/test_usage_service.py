@@ -165,3 +165,63 @@ async def test_a_tenant_never_sees_another_tenants_usage(database: Database) -> 
     assert await summary(database, "alpha") == [UsageDay(DAY, "llama-3-8b", 2, 0, 20, 10, 30)]
     assert await summary(database, "beta") == [UsageDay(DAY, "llama-3-8b", 1, 0, 99, 5, 104)]
     assert await summary(database, "gamma") == []
+
+
+async def test_each_calls_tokens_are_charged_to_the_ledger_once(database: Database) -> None:
+    """input-tokens and output-tokens apart (priced apart), on the call's UTC day, with
+    the queue's cohort chain; none for a count of zero; a call recorded twice (a
+    reclaiming gateway and the call's own late write) is charged once."""
+    from decimal import Decimal
+
+    from tenants import parse_config
+    from tenants.models import ChargeRow
+    from tenants.services import apply_config
+
+    pool = {"tokens-per-minute": {"nominal": 1000}}
+    config = {
+        "flavors": ["llama-pool"],
+        "cohorts": [{"name": "org"}, {"name": "lab", "parent": "org"}],
+        "cluster_queues": [
+            {
+                "name": "alpha-q",
+                "cohort": "lab",
+                "resource_groups": [
+                    {
+                        "resources": ["tokens-per-minute"],
+                        "flavors": [{"name": "llama-pool", "quotas": pool}],
+                    }
+                ],
+            }
+        ],
+    }
+    async with database.session() as session:
+        await apply_config(session, parse_config(config), actor="test")
+    late = at(DAY, 23, 59, 59).replace(microsecond=999_999)
+    async with database.session() as session:
+        await insert_usage(
+            session,
+            [
+                usage(reservation="e1.1", prompt=120, completion=30, created_at=late),
+                usage(reservation="e1.2", prompt=7, completion=0, status=502),
+                usage("beta", prompt=0, completion=0, status=429),  # refused: nothing
+                usage("beta", prompt=5, completion=6),  # a queue no longer configured
+            ],
+        )
+    async with database.session() as session:
+        again = usage(reservation="e1.1", prompt=999, completion=999, estimated=True)
+        await insert_usage(session, [again])
+    async with database.session() as session:
+        rows = (await session.exec(select(ChargeRow))).all()
+    found = sorted(
+        (c.tenant, c.queue, c.cohort_path, c.model, c.call_id, c.resource, c.amount, c.day)
+        for c in rows
+    )
+    assert all(c.flavor == "llama-pool" and c.workload_id is None for c in rows)
+    m = "llama-3-8b"
+    assert found == [
+        ("alpha", "alpha-q", "org/lab", m, "e1.1", "input-tokens", Decimal(120), DAY),
+        ("alpha", "alpha-q", "org/lab", m, "e1.1", "output-tokens", Decimal(30), DAY),
+        ("alpha", "alpha-q", "org/lab", m, "e1.2", "input-tokens", Decimal(7), DAY),
+        ("beta", "beta-q", "", m, None, "input-tokens", Decimal(5), DAY),
+        ("beta", "beta-q", "", m, None, "output-tokens", Decimal(6), DAY),
+    ]
