@@ -39,6 +39,7 @@ from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
 from tenants.config_file import LOCAL_BACKEND
 from tenants.services.api_keys import has_platform_admin
+from tenants.services.charges import charged_hours
 from tenants.services.config import (
     load_backend_config,
     load_inference_settings,
@@ -172,6 +173,7 @@ class Services:
             backends=backends,
             outages=outages,
             reclaimer=reclaimer,
+            charged_loader=charged_hours,
         )
 
     async def reload_config(self) -> None:
