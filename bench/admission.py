@@ -191,14 +191,17 @@ def run(
     }
 
 
-def estimates(n: int, queues: int, seed: int, count: int) -> dict[str, object]:
+def estimates(
+    n: int, queues: int, seed: int, count: int, preemption: bool = False
+) -> dict[str, object]:
     """``count`` estimates, each on a fresh engine holding ``n`` workloads (what the
     endpoint does after reading its snapshot, which is not timed here)."""
     rng = random.Random(seed)
-    config = build_config(queues, preemption=True, budgets=True)
+    config = build_config(queues, preemption, budgets=True)
     workloads = build_workloads(n, queues, rng)
     candidates = build_workloads(count, queues, random.Random(seed + 1))
     timings = []
+    waiting = 0
     for i, candidate in enumerate(candidates):
         t0 = time.perf_counter()
         engine = QuotaEngine(config, now=START)
@@ -214,6 +217,7 @@ def estimates(n: int, queues: int, seed: int, count: int) -> dict[str, object]:
             )
         )
         engine.schedule()
+        waiting = sum(1 for _ in engine.pending())
         forecast(engine)
         timings.append(time.perf_counter() - t0)
     timings.sort()
@@ -221,6 +225,7 @@ def estimates(n: int, queues: int, seed: int, count: int) -> dict[str, object]:
         "workloads": n,
         "queues": queues,
         "estimates": count,
+        "pending_after_admission": waiting,
         "estimate_p50_ms": round(statistics.median(timings) * 1000, 1),
         "estimate_p99_ms": round(timings[min(count - 1, int(count * 0.99))] * 1000, 1),
     }
@@ -242,7 +247,8 @@ def main() -> None:
     parser.add_argument("--estimates", type=int, default=0, help="time this many estimates")
     args = parser.parse_args()
     if args.estimates:
-        print(json.dumps(estimates(args.workloads, args.queues, args.seed, args.estimates)))
+        figures = estimates(args.workloads, args.queues, args.seed, args.estimates, args.preemption)
+        print(json.dumps(figures))
         return
     plain = run(args.workloads, args.queues, args.seed, args.preemption)
     if not args.budgets:
