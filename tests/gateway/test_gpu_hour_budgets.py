@@ -49,6 +49,7 @@ CONFIG = {
     "cohorts": [{"name": "research"}],
     "cluster_queues": [team("team-a"), team("team-b")],
     "tenants": [{"name": "alpha", "queues": ["team-a"]}, {"name": "beta", "queues": ["team-b"]}],
+    "prices": {"currency": "USD", "flavors": {"h100": {"nvidia.com/gpu-hours": 2.5}}},
 }
 
 
@@ -147,6 +148,33 @@ def test_borrowing_hours_then_waiting_with_what_is_missing(client: TestClient[An
     ).json()
     assert theirs["admitted_now"] is False
     assert theirs["reason"]["code"] == "InsufficientBudget"
+
+    # The first gang is cancelled while it runs: its 80 committed hours come back, what
+    # it really ran is charged (to the ledger, which the next pass reads), and the
+    # waiting gang starts.
+    first_id = first.json()["id"]
+    until(client, alpha, first_id, lambda b: b["state"] == "running")
+    time.sleep(1)
+    assert client.delete(f"/api/v1/workloads/{first_id}", headers=bearer(alpha)).status_code == 200
+    cancelled = until(client, alpha, first_id, lambda b: b["state"] == "cancelled")
+    until(client, alpha, third.json()["id"], holds_quota)
+    ran = datetime.fromisoformat(cancelled["finished_at"]) - datetime.fromisoformat(
+        cancelled["started_at"]
+    )
+    hours = 8 * ran.total_seconds() / HOURS
+    month = datetime.now(UTC).strftime("%Y-%m")
+    report = client.get(
+        "/api/v1/usage", params={"month": month, "group_by": "queue"}, headers=bearer(alpha)
+    ).json()
+    [row] = report["rows"]
+    assert row["group"] == {"queue": "team-a"}
+    charged = float(row["amounts"]["nvidia.com/gpu-hours"])
+    assert 0 < charged == pytest.approx(hours, abs=1e-5)
+    assert report["currency"] == "USD"
+    assert float(row["money"]) == pytest.approx(2.5 * charged, abs=0.01)
+    assert client.get("/api/v1/usage", params={"month": month}, headers=bearer(beta)).json()[
+        "rows"
+    ] == []  # nothing of team-a's is beta's
 
 
 def test_estimate_refuses_what_a_submission_would(client: TestClient[Any]) -> None:
