@@ -172,9 +172,10 @@ def test_borrowing_hours_then_waiting_with_what_is_missing(client: TestClient[An
     assert 0 < charged == pytest.approx(hours, abs=1e-5)
     assert report["currency"] == "USD"
     assert float(row["money"]) == pytest.approx(2.5 * charged, abs=0.01)
-    assert client.get("/api/v1/usage", params={"month": month}, headers=bearer(beta)).json()[
-        "rows"
-    ] == []  # nothing of team-a's is beta's
+    assert (
+        client.get("/api/v1/usage", params={"month": month}, headers=bearer(beta)).json()["rows"]
+        == []
+    )  # nothing of team-a's is beta's
 
 
 def test_estimate_refuses_what_a_submission_would(client: TestClient[Any]) -> None:
