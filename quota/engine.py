@@ -63,6 +63,8 @@ class QuotaEngine:
         return self.state.admitted
 
     def pending(self) -> Iterator[Workload]:
+        """Pending workloads as the engine sees them: a pod that needs budget also asks
+        for what it would commit of it (``<resource>-hours``, see quota.budgets)."""
         return iter(self._pending.values())
 
     def reason(self, name: str) -> PendingReason | None:
@@ -252,6 +254,8 @@ class QuotaEngine:
             self._unrunnable.add(workload.name)
             return
         self.queues.add(effective)
+        # One object per pending workload: the queue's (with what it would commit).
+        self._pending[workload.name] = effective
         if effective is not workload and effective.max_runtime is not None:
             end = period_end(self.config.budget_period, self.state.now)
             at = end - timedelta(seconds=float(effective.max_runtime))
