@@ -340,7 +340,8 @@ class Dispatcher:
             if status.state in (JobState.PENDING, JobState.RUNNING):
                 return  # stopping; look again next pass
             noted = _noted(status)
-        if row.state == "pending":  # preempted: its job is gone, it waits for quota
+        if row.state == "pending" and not row.cancel_requested:
+            # preempted: its job is gone, it waits for quota
             requeued = {"why": "preempted", "backend": backend.name, "job": row.job_id}
             await self._guarded(row, ("requeued", requeued), job_id=None, **noted)
         else:

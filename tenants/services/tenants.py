@@ -118,10 +118,25 @@ async def delete_tenant(session: AsyncSession, name: str, *, actor: str) -> Tena
         raise NotFoundError(f"tenant {name!r} does not exist")
     # Pending first: the admission loop's guarded writes then fail on these rows
     # instead of admitting one after the check below.
+    pending = (col(WorkloadRow.tenant) == name) & (col(WorkloadRow.state) == "pending")
+    # A preempted workload whose job is still stopping: the dispatcher stops it, then
+    # cancels it (cancelled here, its job would run on, unseen).
+    await session.exec(
+        update(WorkloadRow)
+        .where(pending, col(WorkloadRow.job_id).is_not(None))
+        .values(
+            cancel_requested=True,
+            updated_at=now,
+            version=WorkloadRow.version + 1,
+            reason_code="Cancelling",
+            reason_message=f"cancelling: tenant {name!r} was deleted by {actor}",
+            reason_detail=None,
+        )
+    )
     cancelled = (
         await session.exec(
             update(WorkloadRow)
-            .where(col(WorkloadRow.tenant) == name, col(WorkloadRow.state) == "pending")
+            .where(pending, col(WorkloadRow.job_id).is_(None))
             .values(
                 state="cancelled",
                 finished_at=now,

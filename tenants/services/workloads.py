@@ -277,17 +277,18 @@ def parse_cursor(cursor: str) -> tuple[datetime, str]:
 async def cancel_workload(
     session: AsyncSession, tenant: str, workload_id: str, *, actor: str
 ) -> WorkloadRow:
-    """Cancel: a pending workload at once; an admitted or running one once its
-    backend job has stopped (the dispatcher sees ``cancel_requested``)."""
+    """Cancel: a pending workload at once; an admitted or running one, or a preempted
+    one whose job is still stopping, once its backend job has stopped (the dispatcher
+    sees ``cancel_requested``)."""
     row = await get_workload(session, tenant, workload_id)
     if row.state in FINAL_STATES:
         return row
     now = utcnow()
     row.reason_detail = None  # what blocked it no longer matters
-    if row.state == "pending":
+    if row.state == "pending" and row.job_id is None:
         row.state, row.finished_at = "cancelled", now
         row.reason_code, row.reason_message = "Cancelled", f"cancelled by {actor}"
-    else:
+    else:  # a preempted workload's job may still be stopping: it is cancelled once gone
         row.cancel_requested = True
         row.reason_code, row.reason_message = "Cancelling", f"cancellation requested by {actor}"
     row.version += 1

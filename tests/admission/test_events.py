@@ -17,7 +17,7 @@ from gateway.backends import JobSpec, JobState, JobStatus, LocalBackend
 from tenants import Database, parse_config
 from tenants.models import WorkloadEventRow, WorkloadRow
 from tenants.services import apply_config
-from tenants.services.workloads import submit_workload
+from tenants.services.workloads import cancel_workload, submit_workload
 from tests.admission.test_runtime import CONFIG, job
 
 
@@ -200,3 +200,49 @@ async def test_preempted_before_its_job_was_submitted_it_is_requeued_at_once(
     assert await types(database, low) == ["submitted", "admitted", "preempted", "requeued"]
     assert (await events(database, low))[2].detail["by"] == urgent
     assert backend.submitted == []
+
+
+class Stubborn(Forgetful):
+    """A backend whose jobs take their time to stop: cancelled, they run on until
+    :meth:`let_go`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping: set[str] = set()
+
+    async def cancel(self, workload_id: str) -> None:
+        if self.jobs.get(workload_id) is JobState.RUNNING:
+            self.stopping.add(workload_id)
+
+    def let_go(self) -> None:
+        for workload_id in self.stopping:
+            self.jobs[workload_id] = JobState.CANCELLED
+
+
+async def test_a_preempted_workload_cancelled_while_its_job_stops_ends_once_it_has(
+    database: Database,
+) -> None:
+    await configured(database)
+    backend = Stubborn()
+    runtime = AdmissionRuntime(database, {"local": backend}, interval=0.05)
+    try:
+        low = await submit(database, "low", gpus=2)
+        await runtime.step()
+        await runtime.step()  # running on the backend
+        await submit(database, "urgent", gpus=2, priority=10)
+        await runtime.step()  # low preempted: pending, its job told to stop
+        assert (await state(database, low)).job_id is not None
+        async with database.session() as session:
+            await cancel_workload(session, "alpha", low, actor="someone")
+        for _ in range(3):
+            await runtime.step()
+        # Not cancelled while its job still runs: cancelled, nobody would stop it.
+        row = await state(database, low)
+        assert (row.state, row.cancel_requested) == ("pending", True)
+        backend.let_go()
+        await runtime.step()
+        row = await state(database, low)
+        assert (row.state, row.reason_code) == ("cancelled", "Cancelled")
+        assert (await types(database, low))[-2:] == ["preempted", "cancelled"]
+    finally:
+        await runtime.stop()
