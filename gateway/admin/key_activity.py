@@ -9,9 +9,9 @@ import msgspec
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from gateway.settings import AuthSettings
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Tenant
 from tenants.models._base import utcnow
-from tenants.services.key_activity import KeyActivity, key_activity, key_flags
+from tenants.services.key_activity import KeyActivity, idle_days_of, key_activity, key_flags
 
 __all__ = ["KeyActivityOut", "keys_out"]
 
@@ -34,14 +34,16 @@ async def keys_out(
     """The activity of each of ``keys``, by key id (one query for them all)."""
     now = utcnow()
     found = await key_activity(session, [key.key_id for key in keys], now.date())
+    tenants = {name: await session.get(Tenant, name) for name in {k.tenant for k in keys} if name}
     out: dict[str, KeyActivityOut] = {}
     for key in keys:
         activity = found.get(key.key_id, KeyActivity())
+        owner = tenants.get(key.tenant) if key.tenant else None
         flags = key_flags(
             key,
             activity,
             now,
-            idle_days=auth.key_idle_days,
+            idle_days=idle_days_of(owner, auth.key_idle_days),
             factor=auth.key_anomaly_factor,
             floor=auth.key_anomaly_floor,
         )

@@ -18,13 +18,21 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, func
-from sqlmodel import col
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 from sqlmodel.sql.expression import Select
 
-from tenants.models import ApiKey, UsageRecordRow
+from tenants.models import ApiKey, Tenant, UsageRecordRow
+from tenants.services.api_keys import revoke_api_key
 
-__all__ = ["KeyActivity", "KeyFlags", "key_activity", "key_flags"]
+__all__ = [
+    "KeyActivity",
+    "KeyFlags",
+    "expire_idle_keys",
+    "idle_days_of",
+    "key_activity",
+    "key_flags",
+]
 
 WINDOW_DAYS = 30
 
@@ -120,3 +128,44 @@ def key_flags(
         anomalous=anomalous_reason is not None,
         anomalous_reason=anomalous_reason,
     )
+
+
+def idle_days_of(tenant: Tenant | None, default: int) -> int:
+    """The idle threshold of ``tenant``'s keys (``None``: a platform key's)."""
+    days = None if tenant is None else tenant.key_policy.get("idle_days")
+    return days if isinstance(days, int) and days > 0 else default
+
+
+async def expire_idle_keys(
+    session: AsyncSession, now: datetime, *, default_idle_days: int, actor: str
+) -> list[ApiKey]:
+    """Revoke every live key, idle past its threshold, of each live tenant whose
+    ``key_policy`` says ``expire_idle_keys``; each is audited (action ``expire``) and
+    its record says why. Platform keys are never expired so: a platform admin locked
+    out by a policy could not undo it. Returns the keys expired."""
+    tenants = (await session.exec(select(Tenant).where(col(Tenant.deleted_at).is_(None)))).all()
+    expired: list[ApiKey] = []
+    for tenant in tenants:
+        if tenant.key_policy.get("expire_idle_keys") is not True:
+            continue
+        days = idle_days_of(tenant, default_idle_days)
+        cutoff = now - timedelta(days=days)
+        used = func.coalesce(col(ApiKey.last_used_at), col(ApiKey.created_at))
+        candidates = (
+            await session.exec(
+                select(ApiKey).where(
+                    col(ApiKey.tenant) == tenant.name,
+                    col(ApiKey.revoked_at).is_(None),
+                    used <= cutoff,
+                )
+            )
+        ).all()
+        for key in candidates:
+            flags = key_flags(key, KeyActivity(), now, idle_days=days, factor=1.0, floor=1)
+            reason = f"expired by tenant {tenant.name}'s idle-key policy: {flags.idle_reason}"
+            expired.append(
+                await revoke_api_key(
+                    session, tenant.name, key.key_id, actor=actor, reason=reason, action="expire"
+                )
+            )
+    return expired

@@ -1,5 +1,5 @@
 """key rotation (the previous secret, valid until its grace ends), why a key was
-revoked, and an index for each key's recent usage
+revoked, each tenant's idle-key policy, and an index for each key's recent usage
 
 Revision ID: 0015
 Revises: 0013
@@ -27,11 +27,17 @@ def upgrade() -> None:
         )
         batch.add_column(sa.Column("rotated_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("revoked_reason", sa.String(length=500), nullable=True))
+    with op.batch_alter_table("tenants") as batch:
+        batch.add_column(
+            sa.Column("key_policy", sa.JSON(), nullable=False, server_default=sa.text("'{}'"))
+        )
     op.create_index("ix_usage_records_key_day", "usage_records", ["api_key_id", "day"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_usage_records_key_day", table_name="usage_records")
+    with op.batch_alter_table("tenants") as batch:
+        batch.drop_column("key_policy")
     with op.batch_alter_table("api_keys") as batch:
         batch.drop_column("revoked_reason")
         batch.drop_column("rotated_at")
