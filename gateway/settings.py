@@ -245,7 +245,7 @@ class Settings:
                     AuthSettings.key_expiry_interval,
                     positive=True,
                 ),
-                key_anomaly_factor=_seconds(
+                key_anomaly_factor=_ratio(
                     env, "IGNARA_KEY_ANOMALY_FACTOR", AuthSettings.key_anomaly_factor
                 ),
                 key_anomaly_floor=_whole(
@@ -321,6 +321,18 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: boo
             f"{name} must be a {'positive' if positive else 'non-negative'} "
             f"number of seconds, not {raw!r}"
         )
+    return value
+
+
+def _ratio(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number above 1 from ``env[name]``; ``ValueError`` names a bad one."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 1:
+        raise ValueError(f"{name} must be a number above 1, not {raw!r}")
     return value
 
 
