@@ -286,27 +286,42 @@ def create_key(
 @click.option("--admin", "platform", is_flag=True, help="List the platform keys instead.")
 def list_keys(tenant: str | None, platform: bool) -> None:
     """One line per key (never a secret): id, principal, roles, scopes, created,
-    expires, revoked."""
+    expires, revoked, last used, calls and tokens of the last 30 days, and its flags
+    (idle, anomalous, or -)."""
+    from gateway.admin.key_activity import keys_out
     from tenants.services.api_keys import list_api_keys
 
     if platform == (tenant is not None):
         raise click.UsageError("give exactly one of --tenant TENANT or --admin")
+    auth = Settings.from_env().auth
 
     async def listing(session: Any) -> list[str]:
-        return [
-            "\t".join(
-                [
-                    key.key_id,
-                    principal.name,
-                    ",".join(key.roles),
-                    ",".join(key.scopes),
-                    key.created_at.isoformat(),
-                    key.expires_at.isoformat() if key.expires_at else "-",
-                    key.revoked_at.isoformat() if key.revoked_at else "-",
-                ]
+        records = await list_api_keys(session, tenant)
+        activity = await keys_out(session, [key for key, _ in records], auth)
+        lines = []
+        for key, principal in records:
+            seen = activity[key.key_id]
+            flags = [
+                name for name, on in (("idle", seen.idle), ("anomalous", seen.anomalous)) if on
+            ]
+            lines.append(
+                "\t".join(
+                    [
+                        key.key_id,
+                        principal.name,
+                        ",".join(key.roles),
+                        ",".join(key.scopes),
+                        key.created_at.isoformat(),
+                        key.expires_at.isoformat() if key.expires_at else "-",
+                        key.revoked_at.isoformat() if key.revoked_at else "-",
+                        key.last_used_at.isoformat() if key.last_used_at else "-",
+                        str(seen.calls_30d),
+                        str(seen.tokens_30d),
+                        ",".join(flags) or "-",
+                    ]
+                )
             )
-            for key, principal in await list_api_keys(session, tenant)
-        ]
+        return lines
 
     for line in _run_on_database(listing):
         click.echo(line)

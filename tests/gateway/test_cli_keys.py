@@ -204,6 +204,8 @@ def test_the_cli_rotates_a_key_with_a_grace_period(env: dict[str, str], tmp_path
         assert client.get("/api/v1/usage", headers=bearer(newest)).status_code == 200
         listed = ignara(env, "keys", "list", "--tenant", "alpha").stdout
         assert listed.count(key_id) == 1 and newest not in listed
+        *_, last_used, calls, tokens, flags = listed.strip().split("\t")
+        assert last_used != "-" and (calls, tokens, flags) == ("0", "0", "-")
         assert ignara(env, "keys", "revoke", key_id).exit_code == 0
         refused = ignara(env, "keys", "rotate", key_id)
         assert refused.exit_code == 2 and "is revoked" in refused.stderr
