@@ -1,11 +1,9 @@
 """key rotation (the previous secret, valid until its grace ends), why a key was
 revoked, each tenant's idle-key policy, and an index for each key's recent usage
 
-Revision ID: 0015
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-27 11:00:00.000000
-
-Numbered after 0014, which another branch holds; the lead renumbers on merge.
 """
 
 from collections.abc import Sequence
@@ -13,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
+revision: str = "0014"
 down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
