@@ -11,6 +11,7 @@ from litestar.routes import HTTPRoute
 from litestar.types import HTTPScope, Message, Send
 
 from gateway.admin import AdminController, ModelController
+from gateway.admin.live import LiveController
 from gateway.auth import auth_middleware
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             EstimateController,
             AdminController,
             ModelController,
+            LiveController,
             UsageController,
             InferenceController,
         ],

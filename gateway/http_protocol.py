@@ -18,7 +18,13 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["JoiningHttpToolsProtocol", "JoiningTransport"]
+__all__ = ["CLOSING", "JoiningHttpToolsProtocol", "JoiningTransport"]
+
+# A response that never ends by itself (an event stream) puts an ``asyncio.Event``
+# under this key of its ASGI scope; the server sets it when it shuts down, so the
+# response can end cleanly instead of holding the shutdown up (uvicorn waits for every
+# response in progress before it stops).
+CLOSING = "ignara.closing"
 
 _HEAD = b"HTTP/1.1 "  # how uvicorn's status lines, and so its heads, begin
 
@@ -66,3 +72,11 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(cast(asyncio.Transport, JoiningTransport(transport)))
+
+    def shutdown(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            closing = cast(dict[str, Any], cycle.scope).get(CLOSING)
+            if isinstance(closing, asyncio.Event):
+                closing.set()
+        super().shutdown()

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from gateway.admission import AdmissionRuntime
 from gateway.admission.snapshot import ChargedLoader
+from gateway.admission.state import LiveBoard
 from gateway.auth import Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
@@ -96,6 +97,8 @@ class Services:
     reclaimer: Reclaimer | None = None  # settles and records the calls of dead gateways
     # What each queue was charged of its GPU-hour budgets this period (the ledger).
     charged_loader: ChargedLoader | None = None
+    # The live quota state (gateway.admission.state), published by the admission leader.
+    live: LiveBoard | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -177,6 +180,7 @@ class Services:
             outages=outages,
             reclaimer=reclaimer,
             charged_loader=charged_hours,
+            live=LiveBoard(database, charged=charged_hours),
         )
 
     async def reload_config(self) -> None:
@@ -368,6 +372,7 @@ class Services:
             outage=self.outages.database,
             estimate_interval=self.settings.admission.estimate_interval,
             charged=self.charged_loader,
+            board=self.live,
         )
         leases = self._lease_rounds()
         for rounds in leases:

@@ -20,6 +20,7 @@ from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from gateway.admission.snapshot import ChargedLoader, read_snapshot
+from gateway.admission.state import LiveBoard
 from quota import Preemption
 from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload
@@ -57,10 +58,12 @@ class AdmissionLoop:
         *,
         clock: Callable[[], float] = time.time,
         charged: ChargedLoader | None = None,
+        board: LiveBoard | None = None,
     ) -> None:
         self.database = database
         self.clock = clock
         self.charged = charged
+        self.board = board  # told the state after each pass that commits
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
@@ -87,6 +90,9 @@ class AdmissionLoop:
                     await _explain(session, by_id[workload.name], reason)
             for row in closed:
                 await _closed(session, row)
+        if self.board is not None:
+            waiting = [by_id[w.name] for w in engine.pending()]
+            self.board.publish(engine, waiting + closed, as_of=snapshot.now, opened=snapshot.opened)
         return PassResult(sorted(admitted), sorted(preempted))
 
 

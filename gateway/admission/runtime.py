@@ -11,6 +11,7 @@ from gateway.admission.forecasts import ForecastPass
 from gateway.admission.leader import LeaderLock
 from gateway.admission.loop import AdmissionLoop, StaleDecisionError
 from gateway.admission.snapshot import ChargedLoader
+from gateway.admission.state import LiveBoard
 from gateway.backends import Backend
 from gateway.background import Rounds
 from gateway.outages import Outage, database_unavailable
@@ -32,11 +33,12 @@ class AdmissionRuntime:
         outage: Outage | None = None,
         charged: ChargedLoader | None = None,
         estimate_interval: float = 5.0,
+        board: LiveBoard | None = None,
     ) -> None:
         # A database outage fails every round; it is logged once, not every round.
         self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
-        self.loop = AdmissionLoop(database, charged=charged)
+        self.loop = AdmissionLoop(database, charged=charged, board=board)
         self.dispatcher = Dispatcher(database, backends, flavor_backends)
         self.forecasts = ForecastPass(database, interval=estimate_interval, charged=charged)
         self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")

@@ -22,6 +22,7 @@ tenant_actions := {
 	"keys.list": {"tenant-admin"},
 	"keys.create": {"tenant-admin"},
 	"keys.revoke": {"tenant-admin"},
+	"live.read": {"tenant-admin"},
 }
 
 # The scope a key must hold for each action; every `admin.*` action needs "admin".
@@ -38,6 +39,7 @@ action_scopes := {
 	"keys.list": "keys:read",
 	"keys.create": "keys:write",
 	"keys.revoke": "keys:write",
+	"live.read": "usage:read",
 }
 
 # Actions that spend a tenant's quota. Nobody, not even a platform admin, spends

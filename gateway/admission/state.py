@@ -1,0 +1,388 @@
+"""Live quota state for the admin API: what each queue and cohort holds, borrows, lends
+and has waiting, as the engine says.
+
+Nothing here scans workloads on a request. The admission leader already rebuilds an
+engine every pass (:mod:`gateway.admission.loop`); after a pass commits it hands that
+engine to the :class:`LiveBoard`, which keeps it and turns it into a
+:class:`LiveSummary` the first time someone asks (and at most once per pass). A replica
+that does not lead has no pass of its own: it builds an engine from one snapshot of the
+database, unscheduled (what is stored is what holds quota), at most once per
+``max_age`` seconds however many requests come, and serves that meanwhile.
+
+Amounts are the engine's tree units (milli-units; a budget's in milli-resource-seconds,
+see :mod:`quota.budgets`); :func:`amount` turns them into what people read.
+
+Lent, per level of the cohort tree (one cohort and its children), is Kueue's
+arithmetic made explicit: what the children take above their own quota (``borrowed``),
+less what the cohort itself takes from its parent, was supplied by the cohort's own
+quota first and then by the children's unused lendable quota (``nominal - guaranteed``
+of each, less what the child uses of it), apportioned in proportion to what each
+child left unused. A sub-cohort's lending shows on the sub-cohort, not on its queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+
+from gateway.admission.snapshot import ChargedLoader, aware, read_snapshot
+from quota import QuotaEngine
+from quota.budgets import is_budget, to_hours
+from quota.cache import ClusterQueueNode, CohortNode
+from quota.resources import MILLI, FlavorResource
+from quota.tree import ResourceNode
+from tenants import Database
+from tenants.models import WorkloadRow
+
+__all__ = [
+    "CohortState",
+    "Level",
+    "LiveBoard",
+    "LiveSummary",
+    "Oldest",
+    "QueueState",
+    "amount",
+    "summarize",
+]
+
+
+def amount(resource: str, value: int) -> int | float:
+    """Tree units as people read them: a quantity (GPUs, cores), or hours of a budget."""
+    exact = to_hours(value) if is_budget(resource) else Fraction(value, MILLI)
+    return int(exact) if exact.denominator == 1 else round(float(exact), 6)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One flavor-resource of a queue or cohort, in tree units."""
+
+    flavor: str
+    resource: str
+    nominal: int
+    usage: int
+    borrowed: int
+    lent: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    subtree_nominal: int | None = None  # a cohort's own quota plus all below it
+    charged: int | None = None  # a budget's: charged for runs ended this period
+    committed: int | None = None  # a budget's: reserved by runs still going
+
+
+@dataclass(frozen=True)
+class Oldest:
+    id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class QueueState:
+    name: str
+    cohort: str | None
+    tenants: tuple[str, ...]
+    admitted: int
+    pending: int
+    oldest_pending: Oldest | None
+    levels: tuple[Level, ...]
+
+
+@dataclass(frozen=True)
+class CohortState:
+    name: str
+    parent: str | None
+    cohorts: tuple[str, ...]
+    queues: tuple[str, ...]  # every queue in its subtree
+    admitted: int
+    pending: int
+    oldest_pending: Oldest | None
+    levels: tuple[Level, ...]
+
+
+@dataclass(frozen=True)
+class LiveSummary:
+    as_of: datetime
+    source: str  # "leader": the last admission pass; "snapshot": read from the database
+    queues: Mapping[str, QueueState]
+    cohorts: Mapping[str, CohortState]
+    # tenant -> the queues it may use
+    opened: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def queues_of(self, tenant: str) -> list[str]:
+        return sorted(q for q in self.opened.get(tenant, ()) if q in self.queues)
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    count: int = 0
+    oldest: Oldest | None = None
+
+    def add(self, other: _Waiting) -> _Waiting:
+        oldest = min(
+            (o for o in (self.oldest, other.oldest) if o is not None),
+            key=lambda o: (o.created_at, o.id),
+            default=None,
+        )
+        return _Waiting(self.count + other.count, oldest)
+
+
+def summarize(
+    engine: QuotaEngine,
+    pending: Iterable[WorkloadRow],
+    *,
+    as_of: datetime,
+    source: str,
+    opened: Mapping[str, frozenset[str]],
+) -> LiveSummary:
+    """The live state of ``engine``; ``pending`` are the rows that wait (their queue
+    and creation time, which the engine does not keep)."""
+    state = engine.state
+    waiting: dict[str, _Waiting] = {}
+    for row in pending:
+        if row.queue in state.queues:
+            one = _Waiting(1, Oldest(row.id, aware(row.created_at)))
+            waiting[row.queue] = waiting.get(row.queue, _Waiting()).add(one)
+    lent = _lent(state.cohorts.values())
+    budgets = engine.budgets()
+    tenants: dict[str, list[str]] = {}
+    for tenant, names in sorted(opened.items()):
+        for name in names:
+            tenants.setdefault(name, []).append(tenant)
+    queues = {
+        name: _queue_state(
+            queue, waiting.get(name, _Waiting()), lent, budgets, tuple(tenants.get(name, ()))
+        )
+        for name, queue in sorted(state.queues.items())
+    }
+    cohorts = {
+        name: _cohort_state(cohort, queues, lent, budgets)
+        for name, cohort in sorted(state.cohorts.items())
+    }
+    return LiveSummary(as_of, source, queues, cohorts, dict(opened))
+
+
+def _queue_state(
+    queue: ClusterQueueNode,
+    waiting: _Waiting,
+    lent: Mapping[str, Mapping[FlavorResource, int]],
+    budgets: Mapping[str, Mapping[FlavorResource, tuple[int, int]]],
+    tenants: tuple[str, ...],
+) -> QueueState:
+    levels = []
+    for fr in _frs(queue):
+        quota = queue.quota(fr)
+        used = queue.usage.get(fr, 0)
+        charged, committed = budgets.get(queue.name, {}).get(fr, (None, None))
+        levels.append(
+            Level(
+                fr.flavor,
+                fr.resource,
+                nominal=quota.nominal,
+                usage=used,
+                borrowed=max(0, used - quota.nominal),
+                lent=lent.get(queue.name, {}).get(fr, 0),
+                borrowing_limit=quota.borrowing_limit,
+                lending_limit=quota.lending_limit,
+                charged=charged,
+                committed=committed,
+            )
+        )
+    cohort = queue.cohort
+    return QueueState(
+        queue.name,
+        cohort.name if cohort is not None else None,
+        tenants,
+        len(queue.admitted),
+        waiting.count,
+        waiting.oldest,
+        tuple(levels),
+    )
+
+
+def _cohort_state(
+    cohort: CohortNode,
+    queues: Mapping[str, QueueState],
+    lent: Mapping[str, Mapping[FlavorResource, int]],
+    budgets: Mapping[str, Mapping[FlavorResource, tuple[int, int]]],
+) -> CohortState:
+    below = sorted(_queues_under(cohort))
+    nominal: dict[FlavorResource, int] = {fr: q.nominal for fr, q in cohort.quotas.items()}
+    usage: dict[FlavorResource, int] = {}
+    waiting = _Waiting()
+    admitted = 0
+    for name in below:
+        queue = queues[name]
+        admitted += queue.admitted
+        waiting = waiting.add(_Waiting(queue.pending, queue.oldest_pending))
+        for level in queue.levels:
+            fr = FlavorResource(level.flavor, level.resource)
+            nominal[fr] = nominal.get(fr, 0) + level.nominal
+            usage[fr] = usage.get(fr, 0) + level.usage
+    levels = []
+    for fr in sorted(nominal.keys() | usage.keys(), key=lambda k: (k.flavor, k.resource)):
+        quota = cohort.quota(fr)
+        charged, committed = budgets.get(cohort.name, {}).get(fr, (None, None))
+        levels.append(
+            Level(
+                fr.flavor,
+                fr.resource,
+                nominal=quota.nominal,
+                usage=usage.get(fr, 0),
+                borrowed=_borrowed(cohort, fr),
+                lent=lent.get(cohort.name, {}).get(fr, 0),
+                borrowing_limit=quota.borrowing_limit,
+                lending_limit=quota.lending_limit,
+                subtree_nominal=nominal.get(fr, 0),
+                charged=charged,
+                committed=committed,
+            )
+        )
+    parent = cohort.cohort
+    return CohortState(
+        cohort.name,
+        parent.name if parent is not None else None,
+        tuple(sorted(c.name for c in cohort.child_cohorts)),
+        tuple(below),
+        admitted,
+        waiting.count,
+        waiting.oldest,
+        tuple(levels),
+    )
+
+
+def _frs(node: ResourceNode) -> list[FlavorResource]:
+    return sorted(node.quotas.keys() | node.usage.keys(), key=lambda k: (k.flavor, k.resource))
+
+
+def _queues_under(cohort: CohortNode) -> Iterable[str]:
+    stack = [cohort]
+    while stack:
+        node = stack.pop()
+        yield from (q.name for q in node.child_queues)
+        stack.extend(node.child_cohorts)
+
+
+def _borrowed(node: ResourceNode, fr: FlavorResource) -> int:
+    """What a node takes above its own quota: a queue's usage past its nominal; a
+    cohort's draw on its parent past what its subtree puts in."""
+    return max(0, node.usage.get(fr, 0) - node.subtree_quota.get(fr, 0))
+
+
+def _lent(cohorts: Iterable[CohortNode]) -> dict[str, dict[FlavorResource, int]]:
+    """Per child of each cohort: how much of its unused lendable quota others use."""
+    lent: dict[str, dict[FlavorResource, int]] = {}
+    for cohort in cohorts:
+        children = list(cohort.children())
+        frs = {fr for child in children for fr in child.subtree_quota}
+        for fr in frs:
+            taken = sum(_borrowed(child, fr) for child in children) - _borrowed(cohort, fr)
+            taken -= min(max(0, taken), cohort.quota(fr).nominal)
+            if taken <= 0:
+                continue
+            idle = {child.name: _idle(child, fr) for child in children}
+            for name, share in _apportion(taken, idle).items():
+                if share:
+                    lent.setdefault(name, {})[fr] = share
+    return lent
+
+
+def _idle(child: ResourceNode, fr: FlavorResource) -> int:
+    """The part of what a child lends its cohort that it does not use itself."""
+    guaranteed = child.guaranteed.get(fr, 0)
+    lendable = child.subtree_quota.get(fr, 0) - guaranteed
+    return max(0, lendable - max(0, child.usage.get(fr, 0) - guaranteed))
+
+
+def _apportion(total: int, weights: Mapping[str, int]) -> dict[str, int]:
+    """``total`` (at most the sum of the weights) split in proportion to them, in whole
+    units (largest remainders get the rest; ties by name)."""
+    whole = sum(weights.values())
+    if whole <= 0:
+        return {}
+    total = min(total, whole)
+    shares = {name: total * w // whole for name, w in weights.items()}
+    rest = total - sum(shares.values())
+    order = sorted(weights, key=lambda n: (-(total * weights[n] % whole), n))
+    for name in order[:rest]:
+        shares[name] += 1
+    return shares
+
+
+# -- publishing -----------------------------------------------------------------------
+
+
+@dataclass
+class _Published:
+    at: float
+    build: Callable[[], LiveSummary]
+    summary: LiveSummary | None = None
+
+    def get(self) -> LiveSummary:
+        if self.summary is None:
+            self.summary = self.build()
+        return self.summary
+
+
+class LiveBoard:
+    """The latest live summary of this process: the leader's last pass, or (not leading)
+    a snapshot of the database at most ``max_age`` seconds old."""
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        charged: ChargedLoader | None = None,
+        max_age: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.database = database
+        self.charged = charged
+        self.max_age = max_age
+        self._monotonic = monotonic
+        self._latest: _Published | None = None
+        self._reading = asyncio.Lock()
+
+    def publish(
+        self,
+        engine: QuotaEngine,
+        pending: Sequence[WorkloadRow],
+        *,
+        as_of: datetime,
+        opened: Mapping[str, frozenset[str]],
+        source: str = "leader",
+    ) -> None:
+        """Keep ``engine`` (no longer changed by its owner) as the state now; it is
+        summarized only when asked for."""
+        self._latest = _Published(
+            self._monotonic(),
+            lambda: summarize(engine, pending, as_of=as_of, source=source, opened=opened),
+        )
+
+    def _fresh(self) -> _Published | None:
+        latest = self._latest
+        if latest is not None and self._monotonic() - latest.at <= self.max_age:
+            return latest
+        return None
+
+    async def current(self) -> LiveSummary:
+        fresh = self._fresh()
+        if fresh is not None:
+            return fresh.get()
+        async with self._reading:  # one read of the database for every waiting request
+            fresh = self._fresh()
+            if fresh is None:
+                await self._read()
+                fresh = self._latest
+                assert fresh is not None
+            return fresh.get()
+
+    async def _read(self) -> None:
+        snapshot = await read_snapshot(self.database, charged=self.charged)
+        closed = snapshot.closed()
+        engine, _ = snapshot.engine(skip=frozenset(row.id for row in closed))
+        names = {w.name for w in engine.pending()}
+        pending = [row for row in snapshot.rows if row.id in names] + closed
+        self.publish(engine, pending, as_of=snapshot.now, opened=snapshot.opened, source="snapshot")
