@@ -68,19 +68,19 @@ class LevelOut(msgspec.Struct, omit_defaults=True):
 
     flavor: str
     resource: str
-    nominal: int | float
-    usage: int | float
-    borrowed: int | float
-    lent: int | float
-    borrowing_limit: int | float | None
-    lending_limit: int | float | None
-    subtree_nominal: int | float | None = None
-    charged: int | float | None = None
-    committed: int | float | None = None
+    nominal: float
+    usage: float
+    borrowed: float
+    lent: float
+    borrowing_limit: float | None
+    lending_limit: float | None
+    subtree_nominal: float | None = None
+    charged: float | None = None
+    committed: float | None = None
 
     @classmethod
     def of(cls, level: Level) -> LevelOut:
-        def shown(value: int | None) -> int | float | None:
+        def shown(value: int | None) -> float | None:
             return None if value is None else amount(level.resource, value)
 
         return cls(

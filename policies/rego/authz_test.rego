@@ -347,3 +347,23 @@ test_a_member_with_every_scope_still_issues_no_key if {
 	"roles [member] do not permit \"keys.create\"; it needs one of: admin, tenant-admin" in d.reasons
 	"role \"member\" is not below the caller's own (roles [member]): only a platform admin may create or revoke such a key" in d.reasons
 }
+
+test_tenant_admin_reads_live_state_of_own_tenant_only if {
+	tenants := fx.tenants
+	own := authz.decision with input.principal as fx.amy
+		with input.action as "live.read"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	own == fx.allowed
+	other := authz.decision with input.principal as fx.amy
+		with input.action as "live.read"
+		with input.resource as {"tenant": "globex"}
+		with data.ignara.tenants as tenants
+	other.allow == false
+	member := authz.decision with input.principal as fx.alice
+		with input.action as "live.read"
+		with input.resource as {"tenant": "acme"}
+		with data.ignara.tenants as tenants
+	member.allow == false
+	"roles [member] do not permit \"live.read\"; it needs one of: admin, tenant-admin" in member.reasons
+}

@@ -47,6 +47,9 @@ CHECKS = [
 EXAMPLES = 6  # per operation, key and mode
 # Operations that change what the others read run last: a random config or model
 # could remove the tenant or point a model at a host that is not there.
+# Endless event streams: a generated call would read until its timeout. Their own
+# tests read them as a client does (tests/admin/test_live.py).
+STREAMS = frozenset({"StreamEvents"})
 LAST = (
     "RevokeApiKey",
     "RevokePlatformKey",
@@ -143,6 +146,7 @@ def test_the_api_answers_as_its_openapi_document_says(settings: Settings) -> Non
         operations = {
             result.ok().definition.raw["operationId"]: result.ok()
             for result in schema.get_all_operations()
+            if result.ok().definition.raw["operationId"] not in STREAMS
         }
         for operation_id, who, parts in VALID:
             case = operations[operation_id].Case(**parts)
