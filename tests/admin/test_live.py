@@ -8,15 +8,20 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
+from gateway.admin.live import _page
 from gateway.admission import AdmissionLoop
-from gateway.admission.state import LiveBoard, amount
+from gateway.admission.state import LiveBoard, amount, summarize
 from gateway.app import create_app
 from gateway.settings import InferenceSettings, Settings
+from quota import QuotaEngine
+from quota.config import parse_quota_config
+from quota.model import Admission, PodSet, PodSetAssignment, Workload
 from quota.resources import FlavorResource
 from quota.tree import available
 from tenants import Database, parse_config
@@ -376,3 +381,83 @@ async def test_non_admins_are_refused(settings: Settings, path: str) -> None:
         refused = await api.call(member, "GET", path)
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "forbidden"
+
+
+# -- the arithmetic, on the engine alone ----------------------------------------------
+
+
+def _gpu_queue(name: str, cohort: str, nominal: int = 4) -> dict[str, Any]:
+    quotas = {GPU: {"nominal": nominal}}
+    return {
+        "name": name,
+        "cohort": cohort,
+        "resource_groups": [{"resources": [GPU], "flavors": [{"name": "h100", "quotas": quotas}]}],
+    }
+
+
+def _running(engine: QuotaEngine, name: str, queue: str, gpus: int) -> None:
+    engine.add_admitted(
+        Workload(name, queue, (PodSet("main", 1, {GPU: gpus * 1000}),)),
+        Admission(queue, (PodSetAssignment("main", 1, {GPU: "h100"}),)),
+    )
+
+
+def _gpus(levels: Any) -> tuple[Any, ...]:
+    (level,) = [lv for lv in levels if lv.resource == GPU]
+    return tuple(amount(GPU, v) for v in (level.nominal, level.usage, level.borrowed, level.lent))
+
+
+def test_lending_in_a_nested_tree_comes_from_the_nearest_lenders_first() -> None:
+    config = parse_quota_config(
+        {
+            "flavors": ["h100"],
+            "cohorts": [
+                {
+                    "name": "org",
+                    "resource_groups": [
+                        {
+                            "resources": [GPU],
+                            "flavors": [{"name": "h100", "quotas": {GPU: {"nominal": 2}}}],
+                        }
+                    ],
+                },
+                {"name": "research", "parent": "org"},
+            ],
+            "cluster_queues": [
+                _gpu_queue("team-a", "research"),
+                _gpu_queue("team-b", "research"),
+                _gpu_queue("team-c", "org"),
+            ],
+        }
+    )
+    engine = QuotaEngine(config)
+    _running(engine, "w", "team-a", 10)  # 6 above its nominal
+    summary = summarize(engine, [], as_of=engine.now, source="test", opened={})
+    # (nominal, usage, borrowed, lent)
+    assert _gpus(summary.queues["team-a"].levels) == (4, 10, 6, 0)
+    # team-b lends all of its 4 within research; research borrows the other 2 from org,
+    # which gives its own quota first: team-c lends nothing.
+    assert _gpus(summary.queues["team-b"].levels) == (4, 0, 0, 4)
+    assert _gpus(summary.cohorts["research"].levels) == (0, 10, 2, 0)
+    assert _gpus(summary.queues["team-c"].levels) == (4, 0, 0, 0)
+    # What the tree still gives team-c: its nominal plus the pool, less what was taken.
+    fr = FlavorResource("h100", GPU)
+    assert available(engine.state.queues["team-c"], fr) == 4_000
+
+
+def test_a_thousand_queues_page_by_name() -> None:
+    config = parse_quota_config(
+        {
+            "flavors": ["h100"],
+            "cluster_queues": [_gpu_queue(f"q-{i:04d}", "all") for i in range(1000)],
+        }
+    )
+    summary = summarize(QuotaEngine(config), [], as_of=datetime.now(UTC), source="t", opened={})
+    names, cursor, pages = [], None, 0
+    while True:
+        page, cursor = _page(sorted(summary.queues), cursor, 500)
+        names += page
+        pages += 1
+        if cursor is None:
+            break
+    assert names == sorted(summary.queues) and len(names) == 1000 and pages == 2
