@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.admin.live import _page
+from gateway.admin.live import GAP_WAIT, _page, _Sequence
 from gateway.admission import AdmissionLoop
 from gateway.admission.state import LiveBoard, amount, summarize
 from gateway.app import create_app
@@ -461,3 +461,34 @@ def test_a_thousand_queues_page_by_name() -> None:
         if cursor is None:
             break
     assert names == sorted(summary.queues) and len(names) == 1000 and pages == 2
+
+
+def test_a_missing_event_id_holds_later_ones_back_until_it_is_taken_for_a_rollback() -> None:
+    sequence = _Sequence(10)
+    assert sequence.ready([11, 12, 14, 15], now=100.0) == 2  # 13 may still commit
+    sequence.last = 12
+    assert sequence.ready([14, 15], now=100.0 + GAP_WAIT / 2) == 0
+    assert sequence.ready([13, 14, 15], now=100.0 + GAP_WAIT / 2) == 3  # it did
+    sequence.last = 15
+    assert sequence.ready([17], now=200.0) == 0
+    assert sequence.ready([17], now=200.0 + GAP_WAIT) == 1  # 16 never will
+
+
+async def test_a_tenant_admin_streams_its_own_tenants_events_only(settings: Settings) -> None:
+    async with gateway(settings) as api, asyncio.timeout(60):
+        ann = await api.token("alpha", "ann", ["member"])
+        bob = await api.token("beta", "bob", ["member"])
+        beta_admin = await api.token("beta", "bea", ["tenant-admin"])
+        async with api.http.stream(
+            "GET", "/api/v1/admin/events", headers={"Authorization": f"Bearer {beta_admin}"}
+        ) as stream:
+            assert stream.status_code == 200
+            first = await api.call(ann, "POST", "/api/v1/workloads", workload("alphas"))
+            assert first.status_code in (201, 202), first.text
+            theirs = dict(workload("betas"), queue="team-b")
+            second = await api.call(bob, "POST", "/api/v1/workloads", theirs)
+            assert second.status_code in (201, 202), second.text
+            seen = await read_events(stream, "admitted", second.json()["id"])
+        # alpha's workload was submitted first, yet beta's admin saw none of it.
+        assert {d["tenant"] for _, _, d in seen} == {"beta"}
+        assert {d["workload"] for _, _, d in seen} == {second.json()["id"]}
