@@ -91,8 +91,9 @@ class AdmissionLoop:
             for row in closed:
                 await _closed(session, row)
         if self.board is not None:
-            waiting = [by_id[w.name] for w in engine.pending()]
-            self.board.publish(engine, waiting + closed, as_of=snapshot.now, opened=snapshot.opened)
+            self.board.publish(
+                engine, by_id, as_of=snapshot.now, opened=snapshot.opened, closed=closed
+            )
         return PassResult(sorted(admitted), sorted(preempted))
 
 

@@ -131,20 +131,18 @@ class _Waiting:
 
 def summarize(
     engine: QuotaEngine,
-    pending: Iterable[WorkloadRow],
+    rows: Mapping[str, WorkloadRow],
     *,
     as_of: datetime,
     source: str,
     opened: Mapping[str, frozenset[str]],
+    closed: Iterable[WorkloadRow] = (),
 ) -> LiveSummary:
-    """The live state of ``engine``; ``pending`` are the rows that wait (their queue
-    and creation time, which the engine does not keep)."""
+    """The live state of ``engine``. Its pending workloads wait, and so do ``closed``
+    (pending in a queue their tenant may no longer use, so not in the engine); ``rows``
+    (by id) give the oldest one's creation time as stored."""
     state = engine.state
-    waiting: dict[str, _Waiting] = {}
-    for row in pending:
-        if row.queue in state.queues:
-            one = _Waiting(1, Oldest(row.id, aware(row.created_at)))
-            waiting[row.queue] = waiting.get(row.queue, _Waiting()).add(one)
+    waiting = _waiting(engine, rows, closed)
     lent = _lent(state.cohorts.values())
     budgets = engine.budgets()
     tenants: dict[str, list[str]] = {}
@@ -162,6 +160,32 @@ def summarize(
         for name, cohort in sorted(state.cohorts.items())
     }
     return LiveSummary(as_of, source, queues, cohorts, dict(opened))
+
+
+def _waiting(
+    engine: QuotaEngine, rows: Mapping[str, WorkloadRow], closed: Iterable[WorkloadRow]
+) -> dict[str, _Waiting]:
+    """Per queue: how many wait, and the one waiting longest. From the engine's own
+    workloads (plain objects: there may be a hundred thousand), rows only for the oldest."""
+    known = engine.state.queues
+    counts: dict[str, int] = {}
+    oldest: dict[str, tuple[float, str]] = {}
+    pending = [(w.cluster_queue, w.created, w.name) for w in engine.pending()]
+    pending += [(r.queue, r.created_at.timestamp(), r.id) for r in closed]
+    for queue, created, name in pending:
+        if queue not in known:
+            continue
+        counts[queue] = counts.get(queue, 0) + 1
+        key = (created, name)
+        if queue not in oldest or key < oldest[queue]:
+            oldest[queue] = key
+    waiting = {}
+    for queue, count in counts.items():
+        name = oldest[queue][1]
+        row = rows.get(name)
+        first = None if row is None else Oldest(name, aware(row.created_at))
+        waiting[queue] = _Waiting(count, first)
+    return waiting
 
 
 def _queue_state(
@@ -348,17 +372,20 @@ class LiveBoard:
     def publish(
         self,
         engine: QuotaEngine,
-        pending: Sequence[WorkloadRow],
+        rows: Mapping[str, WorkloadRow],
         *,
         as_of: datetime,
         opened: Mapping[str, frozenset[str]],
+        closed: Sequence[WorkloadRow] = (),
         source: str = "leader",
     ) -> None:
         """Keep ``engine`` (no longer changed by its owner) as the state now; it is
-        summarized only when asked for."""
+        summarized only when asked for (see :func:`summarize`)."""
         self._latest = _Published(
             self._monotonic(),
-            lambda: summarize(engine, pending, as_of=as_of, source=source, opened=opened),
+            lambda: summarize(
+                engine, rows, as_of=as_of, source=source, opened=opened, closed=closed
+            ),
         )
 
     def _fresh(self) -> _Published | None:
@@ -383,6 +410,11 @@ class LiveBoard:
         snapshot = await read_snapshot(self.database, charged=self.charged)
         closed = snapshot.closed()
         engine, _ = snapshot.engine(skip=frozenset(row.id for row in closed))
-        names = {w.name for w in engine.pending()}
-        pending = [row for row in snapshot.rows if row.id in names] + closed
-        self.publish(engine, pending, as_of=snapshot.now, opened=snapshot.opened, source="snapshot")
+        self.publish(
+            engine,
+            snapshot.by_id,
+            as_of=snapshot.now,
+            opened=snapshot.opened,
+            closed=closed,
+            source="snapshot",
+        )

@@ -432,7 +432,7 @@ def test_lending_in_a_nested_tree_comes_from_the_nearest_lenders_first() -> None
     )
     engine = QuotaEngine(config)
     _running(engine, "w", "team-a", 10)  # 6 above its nominal
-    summary = summarize(engine, [], as_of=engine.now, source="test", opened={})
+    summary = summarize(engine, {}, as_of=engine.now, source="test", opened={})
     # (nominal, usage, borrowed, lent)
     assert _gpus(summary.queues["team-a"].levels) == (4, 10, 6, 0)
     # team-b lends all of its 4 within research; research borrows the other 2 from org,
@@ -452,7 +452,7 @@ def test_a_thousand_queues_page_by_name() -> None:
             "cluster_queues": [_gpu_queue(f"q-{i:04d}", "all") for i in range(1000)],
         }
     )
-    summary = summarize(QuotaEngine(config), [], as_of=datetime.now(UTC), source="t", opened={})
+    summary = summarize(QuotaEngine(config), {}, as_of=datetime.now(UTC), source="t", opened={})
     names, cursor, pages = [], None, 0
     while True:
         page, cursor = _page(sorted(summary.queues), cursor, 500)
