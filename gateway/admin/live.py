@@ -318,7 +318,7 @@ class EventFeed:
         beat = time.monotonic()
         while not self.closing.is_set():
             try:
-                messages = await self._poll(events, audit)
+                messages, more = await self._poll(events, audit)
             except (SQLAlchemyError, OSError):
                 yield ": the database is out of reach; reconnect to resume\n\n"
                 return
@@ -329,9 +329,11 @@ class EventFeed:
             elif time.monotonic() - beat >= self.heartbeat:
                 yield ": keep-alive\n\n"
                 beat = time.monotonic()
-            await _pause(self.closing, POLL_SECONDS)
+            if not more:  # catching up (a resume from long ago): read on at once
+                await _pause(self.closing, POLL_SECONDS)
 
-    async def _poll(self, events: _Sequence, audit: _Sequence) -> list[str]:
+    async def _poll(self, events: _Sequence, audit: _Sequence) -> tuple[list[str], bool]:
+        """The messages the next rows make, and whether more rows may be waiting."""
         async with self.database.session() as session:
             rows = (
                 await session.exec(
@@ -351,8 +353,10 @@ class EventFeed:
                 )
             ).all()
         now = time.monotonic()
+        rows = rows[: events.ready([r[0].id or 0 for r in rows], now)]
+        entries = entries[: audit.ready([e.id or 0 for e in entries], now)]
         messages = []
-        for event, tenant, queue in rows[: events.ready([r[0].id or 0 for r in rows], now)]:
+        for event, tenant, queue in rows:
             events.last = event.id or 0
             if self.viewer is None or tenant == self.viewer:
                 data = {
@@ -365,7 +369,7 @@ class EventFeed:
                 }
                 messages.append(_message(event.type, (events.last, audit.last), data))
         mine = await self._my_queues() if entries else frozenset[str]()
-        for entry in entries[: audit.ready([e.id or 0 for e in entries], now)]:
+        for entry in entries:
             audit.last = entry.id or 0
             if entry.kind in CONFIG_KINDS and self._sees(entry, mine):
                 data = {
@@ -377,7 +381,7 @@ class EventFeed:
                     "at": entry.at.isoformat(),
                 }
                 messages.append(_message("config", (events.last, audit.last), data))
-        return messages
+        return messages, BATCH in (len(rows), len(entries))
 
     async def _my_queues(self) -> frozenset[str]:
         if self.viewer is None:

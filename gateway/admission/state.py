@@ -344,11 +344,6 @@ class _Published:
     build: Callable[[], LiveSummary]
     summary: LiveSummary | None = None
 
-    def get(self) -> LiveSummary:
-        if self.summary is None:
-            self.summary = self.build()
-        return self.summary
-
 
 class LiveBoard:
     """The latest live summary of this process: the leader's last pass, or (not leading)
@@ -396,15 +391,19 @@ class LiveBoard:
 
     async def current(self) -> LiveSummary:
         fresh = self._fresh()
-        if fresh is not None:
-            return fresh.get()
-        async with self._reading:  # one read of the database for every waiting request
+        if fresh is not None and fresh.summary is not None:
+            return fresh.summary
+        async with self._reading:  # one read, one summary, for every waiting request
             fresh = self._fresh()
             if fresh is None:
                 await self._read()
                 fresh = self._latest
                 assert fresh is not None
-            return fresh.get()
+            if fresh.summary is None:
+                # A tenth of a second with a hundred thousand pending: off the event
+                # loop (the engine is no longer changed, so a thread may read it).
+                fresh.summary = await asyncio.to_thread(fresh.build)
+            return fresh.summary
 
     async def _read(self) -> None:
         snapshot = await read_snapshot(self.database, charged=self.charged)
