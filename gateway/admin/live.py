@@ -18,6 +18,7 @@ through ``Last-Event-ID``.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -259,9 +260,10 @@ def _board(services: Services) -> LiveBoard:
 
 
 def _page(names: Sequence[str], cursor: str | None, limit: int) -> tuple[list[str], str | None]:
-    after = [n for n in names if cursor is None or n > cursor]
-    page = after[:limit]
-    return page, (page[-1] if len(after) > limit else None)
+    """Up to ``limit`` of ``names`` (sorted) after ``cursor``, and the next cursor."""
+    start = 0 if cursor is None else bisect.bisect_right(names, cursor)
+    page = list(names[start : start + limit])
+    return page, (page[-1] if start + limit < len(names) else None)
 
 
 def _parse_event_id(value: str) -> tuple[int, int]:
