@@ -167,13 +167,16 @@ class LiveController(Controller):
         services: NamedDependency[Services],
         limit: Limit = 100,
         cursor: Cursor = None,
+        cohort: Annotated[str | None, Parameter(max_length=253)] = None,
     ) -> QueueList:
         """Each queue's quota, usage, borrowed and lent amounts per flavor and resource,
         its pending count and oldest pending workload, by name; ``cursor`` is the
-        ``next_cursor`` of the page before."""
+        ``next_cursor`` of the page before; ``cohort``: only the queues right in it."""
         viewer = await _viewer(services, request.user)
         summary = await _board(services).current()
         names = sorted(summary.queues) if viewer is None else summary.queues_of(viewer)
+        if cohort is not None:
+            names = [n for n in names if summary.queues[n].cohort == cohort]
         page, next_cursor = _page(names, cursor, limit)
         items = []
         for name in page:

@@ -355,6 +355,11 @@ async def test_queues_and_cohorts_over_http(settings: Settings) -> None:
         assert [q["name"] for q in rest.json()["items"]] == ["team-b"]
         assert rest.json()["next_cursor"] is None
 
+        inside = await api.call(ADMIN_KEY, "GET", "/api/v1/admin/queues?cohort=research")
+        assert [q["name"] for q in inside.json()["items"]] == ["team-a", "team-b"]
+        elsewhere = await api.call(ADMIN_KEY, "GET", "/api/v1/admin/queues?cohort=other")
+        assert elsewhere.json()["items"] == []
+
         cohorts = await api.call(ADMIN_KEY, "GET", "/api/v1/admin/cohorts")
         assert cohorts.status_code == 200, cohorts.text
         (research,) = cohorts.json()["items"]
