@@ -341,6 +341,7 @@ def _apportion(total: int, weights: Mapping[str, int]) -> dict[str, int]:
 @dataclass
 class _Published:
     at: float
+    max_age: float
     build: Callable[[], LiveSummary]
     summary: LiveSummary | None = None
 
@@ -355,11 +356,15 @@ class LiveBoard:
         *,
         charged: ChargedLoader | None = None,
         max_age: float = 2.0,
+        leader_max_age: float = 10.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.database = database
         self.charged = charged
         self.max_age = max_age
+        # A pass may take longer than ``max_age`` under load: its last state is served
+        # meanwhile rather than a second read of the database by the same process.
+        self.leader_max_age = leader_max_age
         self._monotonic = monotonic
         self._latest: _Published | None = None
         self._reading = asyncio.Lock()
@@ -378,6 +383,7 @@ class LiveBoard:
         summarized only when asked for (see :func:`summarize`)."""
         self._latest = _Published(
             self._monotonic(),
+            self.leader_max_age if source == "leader" else self.max_age,
             lambda: summarize(
                 engine, rows, as_of=as_of, source=source, opened=opened, closed=closed
             ),
@@ -385,7 +391,7 @@ class LiveBoard:
 
     def _fresh(self) -> _Published | None:
         latest = self._latest
-        if latest is not None and self._monotonic() - latest.at <= self.max_age:
+        if latest is not None and self._monotonic() - latest.at <= latest.max_age:
             return latest
         return None
 

@@ -500,3 +500,23 @@ async def test_a_tenant_admin_streams_its_own_tenants_events_only(settings: Sett
         # alpha's workload was submitted first, yet beta's admin saw none of it.
         assert {d["tenant"] for _, _, d in seen} == {"beta"}
         assert {d["workload"] for _, _, d in seen} == {second.json()["id"]}
+
+
+async def test_the_leaders_state_is_served_until_it_is_stale_then_a_snapshot(
+    database: Database,
+) -> None:
+    async with database.session() as session:
+        await apply_config(session, parse_config(CONFIG), actor="test")
+    clock = [0.0]
+    board = LiveBoard(database, max_age=2.0, leader_max_age=10.0, monotonic=lambda: clock[0])
+    await AdmissionLoop(database, board=board).run_pass()
+    assert (await board.current()).source == "leader"
+    clock[0] = 9.0  # a slow pass: the last one's state still stands
+    assert (await board.current()).source == "leader"
+    clock[0] = 10.5  # no pass for too long (leadership lost): read from the database
+    first = await board.current()
+    assert first.source == "snapshot"
+    clock[0] = 12.0
+    assert await board.current() is first  # one read serves every request for 2 s
+    clock[0] = 13.0
+    assert await board.current() is not first
