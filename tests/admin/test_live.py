@@ -241,14 +241,18 @@ async def test_events_stream_an_admission_and_resume_from_last_event_id(
             assert admitted["queue"] == "team-a" and admitted["tenant"] == "alpha"
             assert admitted["detail"]["flavors"] == ["h100"]
 
-            # Resumed after the submission: the admission comes next, not the submission.
+            # Resumed after the submission: the admission comes next, not the submission,
+            # and the stream goes on to the job's end.
             async with api.http.stream(
                 "GET",
                 "/api/v1/admin/events",
                 headers={"Authorization": f"Bearer {ADMIN_KEY}", "Last-Event-ID": submitted},
             ) as resumed:
-                again = await read_events(resumed, "admitted", wid)
-            assert next(e for _, e, d in again if d.get("workload") == wid) == "admitted"
+                again = await read_events(resumed, "finished", wid)
+            mine = [e for _, e, d in again if d.get("workload") == wid]
+            assert mine[0] == "admitted" and mine[-1] == "finished", mine
+            ids = [tuple(map(int, i.split("-"))) for i, _, _ in again]
+            assert ids == sorted(ids) and ids[0] > tuple(map(int, submitted.split("-")))
 
             bad = await api.http.get(
                 "/api/v1/admin/events",
