@@ -183,3 +183,12 @@ def test_the_openapi_page_loads_its_assets_from_the_gateway(client: TestClient[A
         asset = client.get(source)
         assert asset.status_code == 200 and len(asset.content) > 1000, source
     assert client.get("/schema/openapi.json").json()["info"]["title"] == "Ignara Gateway"
+
+
+def test_over_https_the_cookie_is_secure(settings: Settings) -> None:
+    with TestClient(app=create_app(settings), base_url="https://console.example") as client:
+        page = client.get("/console/login")
+        cookie = page.headers["set-cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie
+    with TestClient(app=create_app(settings)) as client:
+        assert "Secure" not in client.get("/console/login").headers["set-cookie"]
