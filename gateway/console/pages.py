@@ -181,7 +181,8 @@ class ConsoleController(Controller):
             store.drop(session.id)
             return _redirect("/console/login?ended=1")
         body = message("error", esc(answer.error), test_id="api-error")
-        return _page(session, "Refused" if answer.status == 403 else "Error", body, current, 200)
+        status = answer.status if 400 <= answer.status < 600 else 502
+        return _page(session, "Refused" if status == 403 else "Error", body, current, status)
 
     @get("/")
     async def index(self, request: Request[Any, Any, Any]) -> Redirect:

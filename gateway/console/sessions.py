@@ -131,6 +131,12 @@ class SessionStore:
         now = self._clock()
         for sid in [s.id for s in self._sessions.values() if self._expired(s, now)]:
             del self._sessions[sid]
+        if len(self._sessions) < self._max:
+            return
+        # Anyone can open the sign-in page: signed-out sessions go first, oldest first
+        # (dicts keep insertion order), so a flood of them never signs an admin out.
+        signed_out = [s.id for s in self._sessions.values() if not s.signed_in]
+        for sid in signed_out[: len(self._sessions) - self._max + 1]:
+            del self._sessions[sid]
         while len(self._sessions) >= self._max:
-            # dicts keep insertion order: the first is the oldest
             del self._sessions[next(iter(self._sessions))]

@@ -65,3 +65,13 @@ def test_unknown_or_oversized_ids_find_nothing() -> None:
     store = SessionStore()
     store.new()
     assert store.get(None) is None and store.get("") is None and store.get("x" * 1000) is None
+
+
+def test_a_flood_of_sign_in_pages_signs_no_one_out() -> None:
+    store = SessionStore(max_sessions=3)
+    admin = store.sign_in(
+        store.new(), token="t" * 20, tenant=None, principal="root", roles=frozenset({"admin"})
+    )
+    for _ in range(100):
+        store.new()
+    assert len(store) == 3 and store.get(admin.id) is admin
