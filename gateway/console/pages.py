@@ -255,7 +255,10 @@ class ConsoleController(Controller):
             if not config.ok:
                 return self._failed(request, session, config, here)
             live = await api.get("/api/v1/admin/queues")
-            body = _quota_tables(config.body, live)
+            month = datetime.now(UTC).strftime("%Y-%m")
+            usage = await api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant")
+            spent = _usage(usage.body, month, "tenant", form_too=False) if usage.ok else ""
+            body = _quota_tables(config.body, live) + f"<h2>This month, per tenant</h2>{spent}"
         else:
             tenant_body = await _tenant_dashboard(api, session)
             if isinstance(tenant_body, Answer):
