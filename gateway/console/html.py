@@ -12,7 +12,16 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-__all__ = ["bar_chart", "definition", "esc", "form", "layout", "message", "table"]
+__all__ = [
+    "bar_chart",
+    "definition",
+    "esc",
+    "form",
+    "layout",
+    "message",
+    "table",
+    "usage_bar",
+]
 
 
 def esc(value: object) -> str:
@@ -67,6 +76,33 @@ def bar_chart(title: str, bars: Sequence[tuple[str, str]], *, unit: str = "") ->
         f'<svg role="img" aria-label="{esc(title)}" width="{width}" height="{height}"'
         f' viewBox="0 0 {width} {height}">{"".join(parts)}</svg></figure>'
     )
+
+
+def usage_bar(usage: object, nominal: object, borrowed: object = 0) -> str:
+    """A small SVG bar: the nominal quota as the track, the usage within it, and what is
+    borrowed beyond it in another colour; with the numbers beside it."""
+    try:
+        used, quota, extra = (Decimal(str(v or 0)) for v in (usage, nominal, borrowed))
+    except (InvalidOperation, ValueError):
+        return esc(f"{usage} / {nominal}")
+    width = 160
+    scale = max(quota, used, Decimal(1))
+    own = min(used, quota)
+    x_quota = int(width * quota / scale)
+    x_own = int(width * own / scale)
+    x_extra = int(width * min(extra, max(used - quota, Decimal(0))) / scale)
+    label = f"{_plain(used)} / {_plain(quota)}"
+    return (
+        f'<svg class="usage" width="{width}" height="12" role="img" aria-label="{esc(label)}">'
+        f'<rect x="0" y="0" width="{x_quota}" height="12" class="track"/>'
+        f'<rect x="0" y="0" width="{x_own}" height="12" class="used"/>'
+        f'<rect x="{x_quota}" y="0" width="{x_extra}" height="12" class="borrowed"/>'
+        f'</svg> <span class="numbers">{esc(label)}</span>'
+    )
+
+
+def _plain(value: Decimal) -> str:
+    return format(value.normalize(), "f") if value == value.to_integral() else str(value)
 
 
 def layout(

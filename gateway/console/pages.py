@@ -30,6 +30,7 @@ from gateway.console.html import (
     layout,
     message,
     table,
+    usage_bar,
 )
 from gateway.console.sessions import Session, SessionStore
 from gateway.services import Services
@@ -611,22 +612,66 @@ def _quota_tables(config: dict[str, Any], live: Answer) -> str:
     )
 
 
-def _live(answer: Answer) -> str:
-    """The live queue state (``GET /api/v1/admin/queues``), shown as the API gives it:
-    that endpoint is new, so any list of flat objects is tabled as it comes."""
+def _live(answer: Answer, *, quiet: bool = False) -> str:
+    """The live queue state (``GET /api/v1/admin/queues``): per queue its admitted and
+    pending counts, the oldest pending workload, and per flavor and resource a bar of
+    its usage against its nominal quota, with what it borrows and lends. ``quiet``: say
+    nothing when the endpoint is not there or refuses."""
     if answer.status in (404, 405):
-        # TODO(console): bars per flavor (nominal, borrowed, lent) and live updates from
-        # /api/v1/admin/events once GET /api/v1/admin/queues and the SSE stream land.
+        if quiet:
+            return ""
+        # TODO(console): live updates from the SSE stream at /api/v1/admin/events (a
+        # console-side relay with the session's key, and a script that refreshes the
+        # rows it names), once that stream is on main.
         return message(
             "note", "Live usage appears here once this gateway serves GET /api/v1/admin/queues."
         )
     if not answer.ok:
-        return message("error", esc(answer.error))
-    items = answer.body.get("items", []) if isinstance(answer.body, dict) else answer.body
-    if not isinstance(items, list) or not items or not isinstance(items[0], dict):
-        return message("note", "No live usage to show.")
-    columns = [k for k, v in items[0].items() if not isinstance(v, (dict, list))]
-    return table(columns, [[esc(i.get(c)) for c in columns] for i in items], test_id="live")
+        return "" if quiet else message("error", esc(answer.error))
+    items = answer.body.get("items") if isinstance(answer.body, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return message("note", "The live endpoint answered in a shape this console does not know.")
+    rows = []
+    for queue in items:
+        oldest = queue.get("oldest_pending") or {}
+        head = [
+            f"<strong>{esc(queue.get('name'))}</strong>",
+            esc(queue.get("cohort") or ""),
+            esc(queue.get("admitted", "")),
+            esc(queue.get("pending", "")),
+            _when(oldest.get("created_at")) if oldest else '<span class="muted">-</span>',
+        ]
+        levels = [r for r in queue.get("resources") or [] if isinstance(r, dict)] or [{}]
+        for i, level in enumerate(levels):
+            cells = head if i == 0 else ["", "", "", "", ""]
+            rows.append(
+                [
+                    *cells,
+                    esc(level.get("flavor", "")),
+                    esc(level.get("resource", "")),
+                    usage_bar(level.get("usage"), level.get("nominal"), level.get("borrowed")),
+                    esc(_number(level.get("borrowed"))),
+                    esc(_number(level.get("lent"))),
+                ]
+            )
+    more = ""
+    if answer.body.get("next_cursor"):
+        more = '<p class="muted">More queues than shown: the first page only.</p>'
+    as_of = answer.body.get("as_of")
+    source = f'<p class="muted">as of {_when(as_of)} ({esc(answer.body.get("source", ""))})</p>'
+    headers = ["queue", "cohort", "admitted", "pending", "oldest pending", "flavor", "resource"]
+    return (
+        source
+        + table([*headers, "usage / nominal", "borrowed", "lent"], rows, test_id="live")
+        + more
+    )
+
+
+def _number(value: Any) -> str:
+    """A quantity as the API gives it, without a float's trailing ``.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else str(value)
 
 
 async def _tenant_dashboard(api: ConsoleApi, session: Session) -> str | Answer:
@@ -641,9 +686,11 @@ async def _tenant_dashboard(api: ConsoleApi, session: Session) -> str | Answer:
     month = datetime.now(UTC).strftime("%Y-%m")
     usage = await api.get("/api/v1/usage", month=month, group_by="queue")
     spent = _usage(usage.body, month, "queue", form_too=False) if usage.ok else ""
+    live = _live(await api.get("/api/v1/admin/queues"), quiet=True)
     return (
         f'<section class="cards">{definition(counts)}</section>'
-        f"<h2>This month, per queue</h2>{spent}"
+        + (f"<h2>Live usage</h2>{live}" if live else "")
+        + f"<h2>This month, per queue</h2>{spent}"
     )
 
 
