@@ -17,8 +17,8 @@ from urllib.parse import quote, urlencode
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.enums import MediaType
-from litestar.params import Parameter, QueryParameter
-from litestar.response import Redirect
+from litestar.params import HeaderParameter, Parameter, QueryParameter
+from litestar.response import Redirect, Stream
 
 from gateway.auth import ANY_TENANT, AuthenticationError
 from gateway.console.api import Answer, ConsoleApi
@@ -33,6 +33,7 @@ from gateway.console.html import (
     usage_bar,
 )
 from gateway.console.sessions import Session, SessionStore
+from gateway.console.stream import Relay
 from gateway.services import Services
 
 __all__ = ["COOKIE", "ConsoleController", "check_csrf", "sessions_of"]
@@ -55,6 +56,9 @@ State = Annotated[
 ]
 Cursor = Annotated[str | None, QueryParameter(max_length=200, required=False)]
 Ended = Annotated[str | None, QueryParameter(max_length=8, required=False)]
+LastEventId = Annotated[
+    str | None, HeaderParameter(name="last-event-id", max_length=200, required=False)
+]
 
 
 def sessions_of(request: Request[Any, Any, Any]) -> SessionStore:
@@ -266,6 +270,32 @@ class ConsoleController(Controller):
                 return self._failed(request, session, tenant_body, here)
             body = tenant_body
         return _page(session, "Dashboard", body, here)
+
+    @get("/dashboard/live")
+    async def dashboard_live(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        """The dashboard's live table alone, for the page's script to swap in when the
+        event stream says something changed."""
+        session = self._session(request)
+        if session is None:
+            return _html(message("error", "Signed out."), 401)
+        answer = await self._api(request, session).get("/api/v1/admin/queues")
+        return _html(_live(answer, quiet=not session.platform_admin))
+
+    @get("/events")
+    async def events(
+        self, request: Request[Any, Any, Any], last_event_id: LastEventId = None
+    ) -> Response[Any]:
+        """The API's event stream, relayed with the session's key (204 when the API has
+        none to give, which tells EventSource to stop asking)."""
+        session = self._session(request)
+        if session is None:
+            return _html(message("error", "Signed out."), 401)
+        assert session.token is not None
+        relay = Relay(request.app, session.token, last_event_id=last_event_id)
+        status = await relay.start()
+        if status != 200:
+            return Response(b"", status_code=204)
+        return Stream(relay.chunks(), media_type="text/event-stream")
 
     @get("/tenants")
     async def tenants(self, request: Request[Any, Any, Any]) -> Response[Any]:
@@ -607,7 +637,8 @@ def _quota_tables(config: dict[str, Any], live: Answer) -> str:
         test_id="quotas",
     )
     return (
-        f'<section class="cards">{summary}</section><h2>Live usage</h2>{_live(live)}'
+        f'<section class="cards">{summary}</section><h2>Live usage</h2>'
+        f'<div id="live" data-source="/console/dashboard/live">{_live(live)}</div>'
         f"<h2>Quota per queue, flavor and resource</h2>{quota}"
     )
 
@@ -689,7 +720,11 @@ async def _tenant_dashboard(api: ConsoleApi, session: Session) -> str | Answer:
     live = _live(await api.get("/api/v1/admin/queues"), quiet=True)
     return (
         f'<section class="cards">{definition(counts)}</section>'
-        + (f"<h2>Live usage</h2>{live}" if live else "")
+        + (
+            f'<h2>Live usage</h2><div id="live" data-source="/console/dashboard/live">{live}</div>'
+            if live
+            else ""
+        )
         + f"<h2>This month, per queue</h2>{spent}"
     )
 
