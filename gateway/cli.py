@@ -162,7 +162,7 @@ MIN_EXPIRY, MAX_EXPIRY = 60, 2 * 365 * 86400  # as the admin API allows
 
 @main.group()
 def keys() -> None:
-    """Issue, list and revoke API keys in the database (DATABASE_URL, or ./ignara.db),
+    """Issue, list, rotate and revoke API keys in the database (DATABASE_URL, or ./ignara.db),
     with the pepper the server uses (IGNARA_KEY_PEPPER, or the pepper file). Each change
     is audited as made by "ignara keys (cli)"; running gateways notice within a second."""
 
@@ -286,27 +286,42 @@ def create_key(
 @click.option("--admin", "platform", is_flag=True, help="List the platform keys instead.")
 def list_keys(tenant: str | None, platform: bool) -> None:
     """One line per key (never a secret): id, principal, roles, scopes, created,
-    expires, revoked."""
+    expires, revoked, last used, calls and tokens of the last 30 days, and its flags
+    (idle, anomalous, or -)."""
+    from gateway.admin.key_activity import keys_out
     from tenants.services.api_keys import list_api_keys
 
     if platform == (tenant is not None):
         raise click.UsageError("give exactly one of --tenant TENANT or --admin")
+    auth = Settings.from_env().auth
 
     async def listing(session: Any) -> list[str]:
-        return [
-            "\t".join(
-                [
-                    key.key_id,
-                    principal.name,
-                    ",".join(key.roles),
-                    ",".join(key.scopes),
-                    key.created_at.isoformat(),
-                    key.expires_at.isoformat() if key.expires_at else "-",
-                    key.revoked_at.isoformat() if key.revoked_at else "-",
-                ]
+        records = await list_api_keys(session, tenant)
+        activity = await keys_out(session, [key for key, _ in records], auth)
+        lines = []
+        for key, principal in records:
+            seen = activity[key.key_id]
+            flags = [
+                name for name, on in (("idle", seen.idle), ("anomalous", seen.anomalous)) if on
+            ]
+            lines.append(
+                "\t".join(
+                    [
+                        key.key_id,
+                        principal.name,
+                        ",".join(key.roles),
+                        ",".join(key.scopes),
+                        key.created_at.isoformat(),
+                        key.expires_at.isoformat() if key.expires_at else "-",
+                        key.revoked_at.isoformat() if key.revoked_at else "-",
+                        key.last_used_at.isoformat() if key.last_used_at else "-",
+                        str(seen.calls_30d),
+                        str(seen.tokens_30d),
+                        ",".join(flags) or "-",
+                    ]
+                )
             )
-            for key, principal in await list_api_keys(session, tenant)
-        ]
+        return lines
 
     for line in _run_on_database(listing):
         click.echo(line)
@@ -329,6 +344,67 @@ def revoke_key(key_id: str) -> None:
         return f"revoked key {key_id} of {owner} ({principal.name})"
 
     click.echo(_run_on_database(revoke), err=True)
+
+
+def _grace(_: click.Context, __: click.Parameter, value: str) -> int:
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise click.BadParameter("write a duration such as 0, 600, 90m, 1h or 2d")
+    seconds = int(match[1]) * _UNIT_SECONDS[match[2]]
+    if seconds > MAX_GRACE:
+        raise click.BadParameter("must be at most 7 days")
+    return seconds
+
+
+MAX_GRACE = 7 * 86400  # as the admin API allows
+
+
+@keys.command("rotate")
+@click.argument("key_id")
+@click.option(
+    "--grace",
+    callback=_grace,
+    default="1h",
+    show_default=True,
+    help="How long the old secret keeps working: 0 (not at all) to 7d, e.g. 90m, 1h, 2d.",
+)
+def rotate_key(key_id: str, grace: int) -> None:
+    """Give a key (of any tenant, or a platform key) a new secret; the new token goes
+    to stdout, once. Its id, roles and scopes stay; the old token works until the
+    grace period ends."""
+    from datetime import timedelta
+
+    from gateway.auth.issue import rotate_api_key_secret
+    from gateway.services import load_pepper
+    from tenants import NotFoundError
+    from tenants.services.api_keys import find_api_key
+
+    pepper = load_pepper(Settings.from_env())
+
+    async def rotate(session: Any) -> tuple[str, str]:
+        found = await find_api_key(session, key_id)
+        if found is None:
+            raise NotFoundError(f"API key {key_id!r} not found")
+        key, principal = found
+        key, token = await rotate_api_key_secret(
+            session,
+            pepper,
+            tenant=key.tenant,
+            key_id=key_id,
+            grace=timedelta(seconds=grace),
+            actor=CLI_ACTOR,
+        )
+        owner = "the platform" if key.tenant is None else f"tenant {key.tenant}"
+        until = key.previous_valid_until.isoformat() if key.previous_valid_until else "now"
+        message = (
+            f"rotated key {key_id} of {owner} ({principal.name}): the old token works "
+            f"until {until}. The new token below is shown only now:"
+        )
+        return message, token
+
+    message, token = _run_on_database(rotate)
+    click.echo(message, err=True)
+    click.echo(token)
 
 
 PROGRESS_CHARGES = 20_000  # a report over more charges than this shows a progress bar

@@ -38,6 +38,7 @@ from quota.ledger import BUDGET_RESOURCES
 from quota.model import QuotaConfig, iter_quotas
 from tenants import Database
 from tenants.config_file import LOCAL_BACKEND
+from tenants.models._base import utcnow
 from tenants.services.api_keys import has_platform_admin
 from tenants.services.charges import charged_hours
 from tenants.services.config import (
@@ -46,6 +47,7 @@ from tenants.services.config import (
     load_models,
     load_quota_config,
 )
+from tenants.services.key_activity import expire_idle_keys
 from tenants.services.tenants import live_tenants
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CREATE_ADMIN_COMMAND = "ignara keys create --admin --principal <your-name>"
+KEY_EXPIRY_ACTOR = "ignara (idle-key policy)"  # the audit log's actor for expired keys
 
 
 @dataclass
@@ -302,6 +305,32 @@ class Services:
             return
         self.outages.database.recovered(began)
 
+    async def expire_idle_keys(self) -> None:
+        """On the admission leader only (one replica expires, once): revoke the idle
+        keys of tenants whose key policy says so (see
+        :func:`tenants.services.key_activity.expire_idle_keys`)."""
+        if self.runtime is None or not self.runtime.lock.held:
+            return
+        try:
+            async with self.database.session() as session:
+                expired = await expire_idle_keys(
+                    session,
+                    utcnow(),
+                    default_idle_days=self.settings.auth.key_idle_days,
+                    actor=KEY_EXPIRY_ACTOR,
+                )
+        except Exception as err:  # the top of a background task: log, never die
+            if database_unavailable(err):
+                self.outages.database.failed(err)
+            else:
+                log.exception("cannot expire idle keys; retrying next round")
+            return
+        for key in expired:
+            self.api_keys.invalidate(key.key_id)
+            log.info(
+                "expired idle key %s of tenant %s: %s", key.key_id, key.tenant, key.revoked_reason
+            )
+
     async def warn_without_admin(self) -> None:
         """Say at start when nobody could administer this gateway, and how to fix it."""
         if self.settings.auth.admin_key is not None:
@@ -327,6 +356,11 @@ class Services:
         await self.health.start()
         watcher = Rounds(self.check_config, interval=1.0, name="ignara-config-watch")
         watcher.start()
+        expiry = Rounds(
+            self.expire_idle_keys,
+            interval=self.settings.auth.key_expiry_interval,
+            name="ignara-key-expiry",
+        )
         self.runtime = AdmissionRuntime(
             self.database,
             self.backends,
@@ -339,9 +373,11 @@ class Services:
         for rounds in leases:
             rounds.start()
         await self.runtime.start()
+        expiry.start()
         try:
             yield
         finally:
+            await expiry.stop()
             await watcher.stop()
             for rounds in leases:
                 await rounds.stop()

@@ -48,6 +48,14 @@ class AuthSettings:
     # While the database is unavailable, a key this gateway read in the last so many
     # seconds keeps working as it was then (IGNARA_KEY_STALE_SECONDS; 0: none does).
     key_stale_seconds: float = 600.0
+    # A key unused for so many days is flagged idle (IGNARA_KEY_IDLE_DAYS), and expired
+    # where its tenant's policy says so (checked every IGNARA_KEY_EXPIRY_INTERVAL s).
+    key_idle_days: int = 30
+    key_expiry_interval: float = 3600.0
+    # A key is flagged anomalous when today's tokens pass this many times its daily mean
+    # (IGNARA_KEY_ANOMALY_FACTOR) and this many tokens (IGNARA_KEY_ANOMALY_FLOOR).
+    key_anomaly_factor: float = 10.0
+    key_anomaly_floor: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -230,6 +238,19 @@ class Settings:
                 key_stale_seconds=_seconds(
                     env, "IGNARA_KEY_STALE_SECONDS", AuthSettings.key_stale_seconds
                 ),
+                key_idle_days=_whole(env, "IGNARA_KEY_IDLE_DAYS", AuthSettings.key_idle_days),
+                key_expiry_interval=_seconds(
+                    env,
+                    "IGNARA_KEY_EXPIRY_INTERVAL",
+                    AuthSettings.key_expiry_interval,
+                    positive=True,
+                ),
+                key_anomaly_factor=_ratio(
+                    env, "IGNARA_KEY_ANOMALY_FACTOR", AuthSettings.key_anomaly_factor
+                ),
+                key_anomaly_floor=_whole(
+                    env, "IGNARA_KEY_ANOMALY_FLOOR", AuthSettings.key_anomaly_floor
+                ),
             ),
             backends=BackendSettings(
                 local_root=env.get("IGNARA_LOCAL_BACKEND_ROOT", BackendSettings.local_root),
@@ -301,6 +322,28 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, positive: boo
             f"number of seconds, not {raw!r}"
         )
     return value
+
+
+def _ratio(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number above 1 from ``env[name]``; ``ValueError`` names a bad one."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 1:
+        raise ValueError(f"{name} must be a number above 1, not {raw!r}")
+    return value
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole number from ``env[name]``; ``ValueError`` names a bad one."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name} must be a positive whole number, not {raw!r}")
+    return int(raw)
 
 
 def _factor(env: Mapping[str, str], name: str) -> float:

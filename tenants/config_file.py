@@ -180,6 +180,14 @@ class LimitsDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     max_runtime_seconds: Annotated[int, Meta(ge=1)] | None = None
 
 
+class KeyPolicyDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """What happens to the tenant's idle keys: flagged after ``idle_days`` unused (unset:
+    the gateway's IGNARA_KEY_IDLE_DAYS), and expired too when ``expire_idle_keys``."""
+
+    expire_idle_keys: bool = False
+    idle_days: Annotated[int, Meta(ge=1, le=3650)] | None = None
+
+
 class TenantDoc(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     queues: list[str] = []
@@ -187,6 +195,7 @@ class TenantDoc(msgspec.Struct, forbid_unknown_fields=True):
     backends: list[str] | None = None  # None: every configured backend
     limits: LimitsDoc | None = None
     models: list[str] | None = None  # None: every model its queues' flavors serve
+    key_policy: KeyPolicyDoc | None = None
 
 
 class EndpointDoc(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -15,15 +15,17 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 from msgspec import Meta
 
+from gateway.admin.key_activity import KeyActivityOut, keys_out
 from gateway.admin.models import check_key_variables
 from gateway.auth import Identity
-from gateway.auth.issue import issue_api_key
+from gateway.auth.issue import MAX_ROTATION_GRACE, issue_api_key, rotate_api_key_secret
 from gateway.authorization import authorize
 from gateway.backends.registry import refused_secret_variable
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.policy import PolicyEngine
 from gateway.services import Services
+from gateway.settings import AuthSettings
 from tenants import Database, InvalidRequestError, parse_config
 from tenants.models import ApiKey, Principal
 from tenants.models._base import utcnow
@@ -36,7 +38,12 @@ from tenants.services.access import (
     key_roles,
     key_scopes,
 )
-from tenants.services.api_keys import get_api_key, list_api_keys, revoke_api_key
+from tenants.services.api_keys import (
+    find_api_key,
+    get_api_key,
+    list_api_keys,
+    revoke_api_key,
+)
 
 __all__ = ["AdminController"]
 
@@ -45,6 +52,7 @@ KeyId = Annotated[str, Parameter(pattern=r"^[0-9a-f]{1,40}$")]
 PrincipalName = Annotated[str, Meta(pattern=PRINCIPAL_NAME)]
 Scopes = Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=16)]
 ExpiresIn = Annotated[int, Meta(ge=60, le=2 * 365 * 86400)]
+GraceSeconds = Annotated[int, Meta(ge=0, le=int(MAX_ROTATION_GRACE.total_seconds()))]
 
 
 class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -67,6 +75,13 @@ class PlatformKeyIn(msgspec.Struct, forbid_unknown_fields=True):
     expires_in_seconds: ExpiresIn | None = None
 
 
+class RotateIn(msgspec.Struct, forbid_unknown_fields=True):
+    """How long the old secret keeps working after the rotation (0: not at all; at
+    most 7 days)."""
+
+    grace_seconds: GraceSeconds = 3600
+
+
 class KeyOut(msgspec.Struct):
     key_id: str
     tenant: str | None  # None: a platform key
@@ -77,7 +92,11 @@ class KeyOut(msgspec.Struct):
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
-    token: str | None = None  # shown once, at creation
+    revoked_reason: str | None = None  # e.g. expired by the tenant's idle-key policy
+    rotated_at: datetime | None = None
+    previous_valid_until: datetime | None = None  # the replaced secret works until then
+    activity: KeyActivityOut | None = None  # in listings: recent use, idle, anomalous
+    token: str | None = None  # shown once, at creation and rotation
 
 
 class TenantOut(msgspec.Struct):
@@ -208,12 +227,12 @@ class AdminController(Controller):
         self,
         request: Request[Identity, Any, Any],
         tenant: TenantName,
-        database: NamedDependency[Database],
-        policy: NamedDependency[PolicyEngine],
+        services: NamedDependency[Services],
     ) -> list[KeyOut]:
-        await authorize(policy, request.user, "keys.list", tenant)
-        async with database.session() as session:
-            return [_key_out(*record) for record in await list_api_keys(session, tenant)]
+        await authorize(services.policy, request.user, "keys.list", tenant)
+        async with services.database.session() as session:
+            records = await list_api_keys(session, tenant)
+            return await _listed(session, records, services.settings.auth)
 
     @delete(
         "/tenants/{tenant:str}/keys/{key_id:str}",
@@ -258,7 +277,8 @@ class AdminController(Controller):
     ) -> list[KeyOut]:
         await authorize(services.policy, request.user, "admin.keys.list")
         async with services.database.session() as session:
-            return [_key_out(*record) for record in await list_api_keys(session, None)]
+            records = await list_api_keys(session, None)
+            return await _listed(session, records, services.settings.auth)
 
     @delete(
         "/keys/{key_id:str}",
@@ -274,6 +294,47 @@ class AdminController(Controller):
     ) -> KeyOut:
         await authorize(services.policy, request.user, "admin.keys.revoke", roles=[ADMIN])
         return await _revoke(services, request.user, None, key_id, "admin.keys.revoke")
+
+    @post(
+        "/keys/{key_id:str}/rotate",
+        operation_id="RotateApiKey",
+        summary="A new secret for any key; the old one works until the grace period ends.",
+        responses=errors(404, 409),
+    )
+    async def rotate_key(
+        self,
+        request: Request[Identity, Any, Any],
+        key_id: KeyId,
+        data: JSONBody[RotateIn],
+        pepper: NamedDependency[bytes],
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        """A platform admin rotates any key, a tenant's or a platform key: the answer
+        holds the new token, shown once; the key keeps its id, roles and scopes."""
+        await authorize(services.policy, request.user, "admin.keys.revoke", roles=[ADMIN])
+        async with services.database.session() as session:
+            found = await find_api_key(session, key_id)
+        tenant = None if found is None else found[0].tenant
+        return await _rotate(services, pepper, request.user, tenant, key_id, data, platform=True)
+
+    @post(
+        "/tenants/{tenant:str}/keys/{key_id:str}/rotate",
+        operation_id="RotateTenantApiKey",
+        summary="A new secret for a tenant's key; the old one works until the grace ends.",
+        responses=errors(404, 409),
+    )
+    async def rotate_tenant_key(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        key_id: KeyId,
+        data: JSONBody[RotateIn],
+        pepper: NamedDependency[bytes],
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        """Who may revoke a key may rotate it: a tenant admin its tenant's member keys."""
+        await authorize(services.policy, request.user, "keys.revoke", tenant, roles=[MEMBER])
+        return await _rotate(services, pepper, request.user, tenant, key_id, data, platform=False)
 
 
 async def _issue(
@@ -325,6 +386,47 @@ async def _revoke(
     return out
 
 
+async def _rotate(
+    services: Services,
+    pepper: bytes,
+    identity: Identity,
+    tenant: str | None,
+    key_id: str,
+    data: RotateIn,
+    *,
+    platform: bool,
+) -> KeyOut:
+    """Rotate one key once the policy allows the caller to revoke a key with its roles;
+    in one transaction, so the roles checked are the roles of the key rotated."""
+    async with services.database.session() as session:
+        key, principal = await get_api_key(session, tenant, key_id)
+        if platform:
+            await authorize(services.policy, identity, "admin.keys.revoke", roles=list(key.roles))
+        else:
+            await authorize(services.policy, identity, "keys.revoke", tenant, roles=list(key.roles))
+        key, token = await rotate_api_key_secret(
+            session,
+            pepper,
+            tenant=tenant,
+            key_id=key_id,
+            grace=timedelta(seconds=data.grace_seconds),
+            actor=identity.principal,
+        )
+        out = _key_out(key, principal)
+    services.api_keys.invalidate(key_id)  # this replica checks the new secret at once
+    out.token = token
+    return out
+
+
+async def _listed(session: Any, records: Any, auth: AuthSettings) -> list[KeyOut]:
+    """Each key with its recent use and its idle and anomalous flags."""
+    listed = [_key_out(*record) for record in records]
+    activity = await keys_out(session, [key for key, _ in records], auth)
+    for out in listed:
+        out.activity = activity[out.key_id]
+    return listed
+
+
 def _key_out(key: ApiKey, principal: Principal | str) -> KeyOut:
     return KeyOut(
         key_id=key.key_id,
@@ -336,4 +438,7 @@ def _key_out(key: ApiKey, principal: Principal | str) -> KeyOut:
         expires_at=key.expires_at,
         revoked_at=key.revoked_at,
         last_used_at=key.last_used_at,
+        revoked_reason=key.revoked_reason,
+        rotated_at=key.rotated_at,
+        previous_valid_until=key.previous_valid_until,
     )

@@ -5,8 +5,9 @@ One bearer token, three kinds, tried in this order:
 1. the bootstrap admin key (``IGNARA_ADMIN_KEY``), compared in constant time, so a fresh
    deployment can be administered before any key exists;
 2. an Ignara API key (``ign_...``): looked up by key id, secret checked against the stored
-   HMAC, then revocation and expiry (only after the secret matched, so a caller without
-   the secret learns nothing about a key), and its last use recorded;
+   HMAC (or, while a rotation's grace lasts, the replaced secret's), then revocation and
+   expiry (only after the secret matched, so a caller without the secret learns nothing
+   about a key), and its last use recorded;
 3. a JWT, when OIDC is configured: checked by :class:`OidcVerifier`.
 """
 
@@ -157,9 +158,9 @@ class Authenticator:
         if stored is None:
             verify_secret(parsed.secret, _NO_SUCH_HASH, self._pepper)  # same work as a hit
             raise InvalidApiKeyError()
-        if not verify_secret(parsed.secret, stored.secret_hash, self._pepper):
-            raise InvalidApiKeyError()
         now = self._clock()
+        if not _secret_matches(parsed.secret, stored, now, self._pepper):
+            raise InvalidApiKeyError()
         _check_usable(stored, now)
         await self._api_keys.touch(stored.key_id, now)
         return Identity(
@@ -170,6 +171,19 @@ class Authenticator:
             via="api-key",
             key_id=stored.key_id,
         )
+
+
+def _secret_matches(secret: str, stored: StoredKey, now: datetime, pepper: bytes) -> bool:
+    """The current secret, or the one a rotation replaced while its grace lasts. Both
+    are checked every time, so the answer takes as long whichever matched."""
+    current = verify_secret(secret, stored.secret_hash, pepper)
+    previous = verify_secret(secret, stored.previous_secret_hash or _NO_SUCH_HASH, pepper)
+    in_grace = (
+        stored.previous_secret_hash is not None
+        and stored.previous_valid_until is not None
+        and now < _as_utc(stored.previous_valid_until)
+    )
+    return current or (previous and in_grace)
 
 
 def _check_usable(stored: StoredKey, now: datetime) -> None:

@@ -144,6 +144,9 @@ class StoredKey:
     scopes: frozenset[str] = frozenset()
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
+    # After a rotation: the replaced secret's hash, accepted until previous_valid_until.
+    previous_secret_hash: str | None = field(default=None, repr=False)
+    previous_valid_until: datetime | None = None
 
 
 class ApiKeyStore(Protocol):

@@ -37,6 +37,8 @@ class SqlApiKeyStore:
             expires_at=key.expires_at,
             # A disabled principal's keys are as good as revoked.
             revoked_at=key.revoked_at or principal.disabled_at,
+            previous_secret_hash=key.previous_secret_hash,
+            previous_valid_until=key.previous_valid_until,
         )
 
     async def touch(self, key_id: str, when: datetime) -> None:

@@ -30,3 +30,9 @@ class ApiKey(SQLModel, table=True):
     expires_at: datetime | None = timestamp_field(nullable=True)
     revoked_at: datetime | None = timestamp_field(nullable=True)
     last_used_at: datetime | None = timestamp_field(nullable=True)
+    # After a rotation, the old secret's hash, accepted until previous_valid_until.
+    previous_secret_hash: str | None = Field(default=None, max_length=128, nullable=True)
+    previous_valid_until: datetime | None = timestamp_field(nullable=True)
+    rotated_at: datetime | None = timestamp_field(nullable=True)
+    # Why it was revoked, told to its owner (e.g. expired after so many idle days).
+    revoked_reason: str | None = Field(default=None, max_length=500, nullable=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON
 from sqlmodel import Field, SQLModel
@@ -25,6 +26,8 @@ class Tenant(SQLModel, table=True):
     limits: dict[str, int] = json_field(dict)
     # Models its callers may use (None: every model served by its queues' flavors).
     models: list[str] | None = Field(default=None, sa_type=JSON)
+    # Its idle keys: expire_idle_keys (bool), idle_days (absent: the gateway's default).
+    key_policy: dict[str, Any] = json_field(dict)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
     # Soft deletion: the row stays for the history (workloads, usage, audit) that names

@@ -28,6 +28,8 @@ class UsageRecordRow(SQLModel, table=True):
         Index("ix_usage_records_tenant_day_model", "tenant", "day", "model"),
         # A rebuilt ledger reads the last minute of every queue.
         Index("ix_usage_records_created_at", "created_at"),
+        # Each key's calls and tokens of the last 30 days (idle and anomalous keys).
+        Index("ix_usage_records_key_day", "api_key_id", "day"),
         # A call is recorded once, however many gateways record it after a crash.
         Index("ux_usage_records_reservation", "reservation", unique=True),
     )

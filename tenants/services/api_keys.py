@@ -11,7 +11,7 @@ key's roles or scopes, issue a new one and revoke the old.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement
 from sqlalchemy.dialects import postgresql, sqlite
@@ -33,6 +33,7 @@ __all__ = [
     "list_api_keys",
     "principal_for",
     "revoke_api_key",
+    "rotate_api_key",
     "touch_api_key",
 ]
 
@@ -154,19 +155,78 @@ async def touch_api_key(session: AsyncSession, key_id: str, when: datetime) -> N
 
 
 async def revoke_api_key(
-    session: AsyncSession, tenant: str | None, key_id: str, *, actor: str
+    session: AsyncSession,
+    tenant: str | None,
+    key_id: str,
+    *,
+    actor: str,
+    reason: str | None = None,
+    action: str = "revoke",
 ) -> ApiKey:
     """Revoke one of ``tenant``'s keys (``None``: a platform key); another tenant's key
-    is simply not found. Revoking twice changes nothing."""
+    is simply not found. Revoking twice changes nothing. ``reason`` stays on the key's
+    record for its owner to read; ``action`` names the change in the audit log
+    (``expire`` for a key expired by its tenant's idle-key policy)."""
     key, _ = await get_api_key(session, tenant, key_id)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
+        key.revoked_reason = reason
         session.add(key)
         session.add(
             AuditEntry(
-                actor=actor, action="revoke", kind="api_key", name=key_id, tenant=tenant, detail={}
+                actor=actor,
+                action=action,
+                kind="api_key",
+                name=key_id,
+                tenant=tenant,
+                detail={} if reason is None else {"reason": reason},
             )
         )
+    return key
+
+
+async def rotate_api_key(
+    session: AsyncSession,
+    tenant: str | None,
+    key_id: str,
+    *,
+    secret_hash: str,
+    grace: timedelta,
+    actor: str,
+) -> ApiKey:
+    """Give one of ``tenant``'s keys (``None``: a platform key) a new secret (its hash,
+    ``secret_hash``); the current secret stays valid for ``grace`` more, then is refused.
+    The key's id, roles, scopes and history stay. A secret replaced before by a rotation
+    whose grace has not ended ends now: at most two secrets are ever valid. Raises
+    ``NotFoundError`` (another tenant's key, too), ``ConflictError`` for a revoked or
+    expired key."""
+    key, _ = await get_api_key(session, tenant, key_id)
+    now = utcnow()
+    if key.revoked_at is not None:
+        raise ConflictError(f"API key {key_id!r} is revoked: issue a new key instead")
+    if key.expires_at is not None and key.expires_at <= now:
+        raise ConflictError(f"API key {key_id!r} has expired: issue a new key instead")
+    key.previous_secret_hash = key.secret_hash if grace > timedelta(0) else None
+    key.previous_valid_until = now + grace if grace > timedelta(0) else None
+    key.secret_hash = secret_hash
+    key.rotated_at = now
+    session.add(key)
+    session.add(
+        AuditEntry(
+            actor=actor,
+            action="rotate",
+            kind="api_key",
+            name=key_id,
+            tenant=tenant,
+            detail={
+                "grace_seconds": int(grace.total_seconds()),
+                "previous_valid_until": (
+                    key.previous_valid_until.isoformat() if key.previous_valid_until else None
+                ),
+            },
+        )
+    )
+    await session.flush()
     return key
 
 

@@ -308,6 +308,9 @@ async def _sync_tenants(
             "backends": doc.backends,
             "limits": limits,
             "models": doc.models,
+            "key_policy": (
+                msgspec.to_builtins(doc.key_policy) if doc.key_policy is not None else {}
+            ),
         }
         tenant = existing.pop(doc.name, None)
         if tenant is None:
@@ -353,6 +356,7 @@ def _tenant_spec(tenant: Tenant) -> dict[str, Any]:
         "backends": tenant.backends,
         "limits": dict(tenant.limits),
         "models": tenant.models,
+        "key_policy": dict(tenant.key_policy),
     }
 
 

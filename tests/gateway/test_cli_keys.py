@@ -176,3 +176,39 @@ async def test_a_gateway_without_any_admin_says_how_to_make_one(
             assert caplog.text == ""
     finally:
         await services.database.dispose()
+
+
+def test_the_cli_rotates_a_key_with_a_grace_period(env: dict[str, str], tmp_path: Path) -> None:
+    """create, list, rotate and revoke, all four against the database a gateway serves."""
+    config = tmp_path / "ignara.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    assert ignara(env, "apply", str(config)).exit_code == 0
+    made = ignara(env, "keys", "create", "--tenant", "alpha", "--principal", "ci")
+    assert made.exit_code == 0, made.output
+    old = made.stdout.strip()
+    key_id = old.split("_")[2]
+    with TestClient(app=create_app(Settings.from_env(env))) as client:
+        assert client.get("/api/v1/usage", headers=bearer(old)).status_code == 200
+        rotated = ignara(env, "keys", "rotate", key_id, "--grace", "1h")
+        assert rotated.exit_code == 0, rotated.output
+        new = rotated.stdout.strip()
+        assert new.startswith(f"ign_live_{key_id}_") and new != old and "\n" not in new
+        assert "the old token works until" in rotated.stderr and new not in rotated.stderr
+        assert status_soon(client, new, "/api/v1/usage", 200) == 200
+        assert client.get("/api/v1/usage", headers=bearer(old)).status_code == 200  # grace
+        again = ignara(env, "keys", "rotate", key_id, "--grace", "0")
+        assert again.exit_code == 0, again.output
+        newest = again.stdout.strip()
+        assert status_soon(client, old, "/api/v1/usage", 401) == 401
+        assert status_soon(client, new, "/api/v1/usage", 401) == 401
+        assert client.get("/api/v1/usage", headers=bearer(newest)).status_code == 200
+        listed = ignara(env, "keys", "list", "--tenant", "alpha").stdout
+        assert listed.count(key_id) == 1 and newest not in listed
+        *_, last_used, calls, tokens, flags = listed.strip().split("\t")
+        assert last_used != "-" and (calls, tokens, flags) == ("0", "0", "-")
+        assert ignara(env, "keys", "revoke", key_id).exit_code == 0
+        refused = ignara(env, "keys", "rotate", key_id)
+        assert refused.exit_code == 2 and "is revoked" in refused.stderr
+    for bad in ("8d", "soon", "-1h"):
+        assert ignara(env, "keys", "rotate", key_id, "--grace", bad).exit_code == 2
+    assert ignara(env, "keys", "rotate", "f" * 12).exit_code == 2

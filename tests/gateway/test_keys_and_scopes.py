@@ -219,3 +219,37 @@ async def test_a_tenant_never_reaches_another(api: Api) -> None:
             alpha, "POST", "/v1/chat/completions", chat(), **{"X-Ignara-Queue": "team-b"}
         )
     )
+
+
+async def test_a_tenants_key_row_claiming_the_platform_role_grants_nothing(api: Api) -> None:
+    """Even a row no service would write (an old database, a hand-edited table): a
+    tenant's key holding roles ["admin"] and scope "admin" reaches no admin route and no
+    other tenant; only the platform admin's explicit platform key does."""
+    from gateway.auth import generate_api_key, hash_secret
+    from tenants.models import ApiKey
+    from tenants.services.api_keys import principal_for
+
+    made = generate_api_key("live")
+    async with api.services.database.session() as session:
+        owner = await principal_for(session, "alpha", "sneaky")
+        session.add(
+            ApiKey(
+                key_id=made.key_id,
+                tenant="alpha",
+                principal_id=owner.id,
+                secret_hash=hash_secret(made.secret, api.services.pepper),
+                roles=["admin"],
+                scopes=["admin", "keys:read", "keys:write", "usage:read"],
+            )
+        )
+    for method, path in (
+        ("GET", "/api/v1/admin/tenants"),
+        ("GET", "/api/v1/admin/config"),
+        ("GET", "/api/v1/admin/keys"),
+        ("GET", "/api/v1/admin/tenants/beta/keys"),
+        ("GET", "/api/v1/admin/tenants/alpha/keys"),
+    ):
+        refused(await api.call(made.token, method, path), status=403)
+    refused(
+        await api.call(made.token, "POST", "/api/v1/admin/keys", {"principal": "me"}), status=403
+    )

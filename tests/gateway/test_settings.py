@@ -83,3 +83,28 @@ def test_only_allowed_variables_can_become_backend_secrets() -> None:
     ).backends
     assert dict(widened.secret_env) == {"SITE_TOKEN": "jwt-2"}
     assert not widened.secret_rule.allows("DATABASE_URL")
+
+
+def test_key_hygiene_settings_are_read_and_checked() -> None:
+    auth = Settings.from_env(
+        {
+            "IGNARA_KEY_IDLE_DAYS": "14",
+            "IGNARA_KEY_EXPIRY_INTERVAL": "60",
+            "IGNARA_KEY_ANOMALY_FACTOR": "5",
+            "IGNARA_KEY_ANOMALY_FLOOR": "1000",
+        }
+    ).auth
+    assert (auth.key_idle_days, auth.key_expiry_interval) == (14, 60.0)
+    assert (auth.key_anomaly_factor, auth.key_anomaly_floor) == (5.0, 1000)
+    defaults = Settings.from_env({}).auth
+    assert (defaults.key_idle_days, defaults.key_anomaly_factor) == (30, 10.0)
+    for name, bad in (
+        ("IGNARA_KEY_IDLE_DAYS", "0"),
+        ("IGNARA_KEY_IDLE_DAYS", "ten"),
+        ("IGNARA_KEY_EXPIRY_INTERVAL", "0"),
+        ("IGNARA_KEY_ANOMALY_FACTOR", "1"),
+        ("IGNARA_KEY_ANOMALY_FACTOR", "nan"),
+        ("IGNARA_KEY_ANOMALY_FLOOR", "-5"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            Settings.from_env({name: bad})
