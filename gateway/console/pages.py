@@ -42,6 +42,8 @@ COOKIE = "ignara_console"
 MAX_KEY_CHARS = 16 * 1024
 TENANT_ADMIN = "tenant-admin"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+GRACES = (("old secret: 1 hour", 3600), ("1 day", 86400), ("none", 0))
+"""How long a rotated key's old secret keeps working, as the rotate form offers it."""
 STATES = ("pending", "admitted", "running", "finished", "failed", "cancelled")
 
 TenantName = Annotated[str, Parameter(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -330,13 +332,21 @@ class ConsoleController(Controller):
         base = f"/console/tenants/{tenant}/keys"
         rows = []
         for key in answer.body:
-            revoke = (
-                form(
-                    f"{base}/{key['key_id']}/revoke", session.csrf, "", button="Revoke", danger=True
+            key_base = f"{base}/{key['key_id']}"
+            if key.get("revoked_at") is None:
+                actions = form(
+                    f"{key_base}/rotate",
+                    session.csrf,
+                    '<select name="grace_seconds" aria-label="old secret works for">'
+                    + "".join(f'<option value="{v}">{esc(n)}</option>' for n, v in GRACES)
+                    + "</select>",
+                    button="Rotate",
+                ) + form(f"{key_base}/revoke", session.csrf, "", button="Revoke", danger=True)
+            else:
+                why = key.get("revoked_reason")
+                actions = '<span class="muted">revoked</span>' + (
+                    f'<div class="muted">{esc(why)}</div>' if why else ""
                 )
-                if key.get("revoked_at") is None
-                else '<span class="muted">revoked</span>'
-            )
             rows.append(
                 (
                     f"<code>{esc(key['key_id'])}</code>",
@@ -345,11 +355,22 @@ class ConsoleController(Controller):
                     esc(" ".join(key["scopes"])),
                     _when(key.get("created_at")),
                     _when(key.get("last_used_at")),
+                    _activity(key.get("activity")),
                     _when(key.get("expires_at")),
-                    revoke,
+                    actions,
                 )
             )
-        headers = ["key", "principal", "roles", "scopes", "created", "last used", "expires", ""]
+        headers = [
+            "key",
+            "principal",
+            "roles",
+            "scopes",
+            "created",
+            "last used",
+            "use",
+            "expires",
+            "",
+        ]
         roles = ["member"] if not session.platform_admin else ["member", TENANT_ADMIN]
         options = "".join(f'<option value="{r}">{r}</option>' for r in roles)
         create = form(
@@ -407,6 +428,34 @@ class ConsoleController(Controller):
         if not answer.ok:
             return self._failed(request, session, answer, "/console/tenants")
         session.flash = message("ok", f"Key <code>{esc(key_id)}</code> revoked.")
+        return _redirect(f"/console/tenants/{tenant}")
+
+    @post("/tenants/{tenant:str}/keys/{key_id:str}/rotate")
+    async def rotate_key(
+        self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
+    ) -> Response[Any]:
+        session = self._session(request)
+        if session is None:
+            return _redirect("/console/login")
+        grace = (await request.form()).get("grace_seconds", "3600")
+        if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
+            return self._failed(request, session, Answer(400, None), "/console/tenants")
+        answer = await self._api(request, session).call(
+            "POST",
+            f"/api/v1/admin/tenants/{tenant}/keys/{key_id}/rotate",
+            json={"grace_seconds": int(grace)},
+        )
+        if not answer.ok:
+            return self._failed(request, session, answer, "/console/tenants")
+        until = answer.body.get("previous_valid_until")
+        session.flash = message(
+            "token",
+            f"Key <code>{esc(key_id)}</code> rotated: copy its new token now, it is shown this "
+            "once. "
+            + (f"The old one works until {_when(until)}." if until else "The old one is refused.")
+            + f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
+            test_id="new-key",
+        )
         return _redirect(f"/console/tenants/{tenant}")
 
     @get("/workloads")
@@ -586,6 +635,23 @@ def _set_cookie(
         secure=request.url.scheme == "https",
     )
     return response
+
+
+def _activity(activity: Any) -> str:
+    """A key's recent use, and its idle and anomalous flags with why."""
+    if not isinstance(activity, dict):
+        return '<span class="muted">-</span>'
+    use = (
+        f"{esc(activity.get('calls_7d', 0))} calls 7d · {esc(activity.get('calls_30d', 0))} 30d"
+        f"<br>{esc(activity.get('tokens_30d', 0))} tokens 30d"
+    )
+    flags = "".join(
+        f'<div class="flag {kind}" data-testid="flag-{kind}">{kind}: '
+        f"{esc(activity.get(kind + '_reason') or '')}</div>"
+        for kind in ("idle", "anomalous")
+        if activity.get(kind)
+    )
+    return use + flags
 
 
 def _requests(pod_sets: Sequence[dict[str, Any]]) -> str:
