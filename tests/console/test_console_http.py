@@ -193,3 +193,15 @@ def test_over_https_the_cookie_is_secure(settings: Settings) -> None:
         assert "Secure" in cookie and "HttpOnly" in cookie
     with TestClient(app=create_app(settings)) as client:
         assert "Secure" not in client.get("/console/login").headers["set-cookie"]
+
+
+def test_the_cohorts_page_is_a_platform_admins(client: TestClient[Any]) -> None:
+    sign_in(client, ADMIN_KEY)
+    page = client.get("/console/cohorts")
+    assert page.status_code == 200
+    assert 'data-testid="cohort-tree"' in page.text or "once this gateway serves" in page.text
+    client.post("/console/logout", data={"csrf": csrf_of(page.text)})
+    sign_in(client, key_for(client, "alpha", ["tenant-admin"]))
+    redirected = client.get("/console/cohorts", follow_redirects=False)
+    assert redirected.headers["location"] == "/console/dashboard"
+    assert "/console/cohorts" not in client.get("/console/dashboard").text

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.console.api import Answer
 from gateway.console.html import usage_bar
-from gateway.console.pages import _live
+from gateway.console.pages import _live, cohort_tree
 
 
 def level(flavor: str, nominal: float, usage: float, borrowed: float, lent: float) -> Any:
@@ -79,3 +79,40 @@ def test_no_endpoint_or_an_unknown_shape_is_a_note() -> None:
     assert _live(Answer(404, None), quiet=True) == ""
     assert _live(Answer(403, {"error": {"message": "no"}}), quiet=True) == ""
     assert "does not know" in _live(Answer(200, [{"name": "q"}]))
+
+
+def cohort(name: str, parent: str | None, usage: float, subtree: float) -> Any:
+    return {
+        "name": name,
+        "parent": parent,
+        "cohorts": [],
+        "queues": [],
+        "admitted": 1,
+        "pending": 0,
+        "oldest_pending": None,
+        "resources": [level("h100", 0.0, usage, 0.0, 0.0) | {"subtree_nominal": subtree}],
+    }
+
+
+def test_the_cohort_tree_nests_cohorts_and_their_queues() -> None:
+    cohorts = {
+        "items": [cohort("research", "org", 6.0, 8.0), cohort("org", None, 6.0, 24.0)],
+        "next_cursor": None,
+    }
+    page = cohort_tree(cohorts, QUEUES)
+    # org holds research, which holds team-a; the queue of no cohort stands at the root
+    org, research, team_a = (
+        page.index(f"<strong>{n}</strong>") for n in ("org", "research", "team-a")
+    )
+    assert org < research < team_a
+    assert page.index("</ul>", team_a) < page.index("&lt;b&gt;x&lt;/b&gt;")
+    assert "6 / 24" in page and "6 / 8" in page  # usage against the subtree's quota
+    assert page.count('data-testid="tree-cohort"') == 2
+    assert page.count('data-testid="tree-queue"') == 2
+
+
+def test_a_cycle_or_nothing_is_drawn_safely() -> None:
+    looped = {"items": [cohort("a", "b", 0, 1), cohort("b", "a", 0, 1)]}
+    assert "No cohorts" in cohort_tree(looped, None)  # no root: nothing to start from
+    assert "No cohorts" in cohort_tree({"items": []}, {"items": []})
+    assert "No cohorts" in cohort_tree(None, None)
