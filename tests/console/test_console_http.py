@@ -207,3 +207,19 @@ def test_the_cohorts_page_is_a_platform_admins(client: TestClient[Any]) -> None:
     redirected = client.get("/console/cohorts", follow_redirects=False)
     assert redirected.headers["location"] == "/console/dashboard"
     assert "/console/cohorts" not in client.get("/console/dashboard").text
+
+
+def test_the_audit_log_is_a_platform_admins(client: TestClient[Any]) -> None:
+    sign_in(client, ADMIN_KEY)
+    page = client.get("/console/audit", params={"kind": "<script>"})
+    assert page.status_code == 200 and "<h1>Audit log</h1>" in page.text
+    assert "<script>" not in page.text.replace('<script src="/console/static/console.js"', "")
+    if "/api/v1/admin/audit" in {route.path for route in client.app.routes}:
+        assert 'data-testid="audit"' in page.text
+        everything = client.get("/console/audit").text
+        assert "config" in everything  # the fixture's apply is audited
+    else:
+        assert "once this gateway serves /api/v1/admin/audit" in page.text
+    client.post("/console/logout", data={"csrf": csrf_of(page.text)})
+    sign_in(client, key_for(client, "alpha", ["tenant-admin"]))
+    assert client.get("/console/audit", follow_redirects=False).status_code == 303
