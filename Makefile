@@ -4,9 +4,25 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
+.PHONY: install run test lint typecheck bench clean console-assets chromium slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
 
-install: $(STAMP)
+install: $(STAMP) console-assets
+
+# The console's and the OpenAPI page's front-end packages, pinned by
+# gateway/console/assets/package-lock.json, copied where the gateway serves them: no CDN.
+# --ignore-scripts: no package's install script runs (swagger-ui-dist's would phone home).
+CONSOLE_ASSETS := gateway/console/assets
+VENDOR := gateway/console/static/vendor
+console-assets: $(VENDOR)/.built
+
+$(VENDOR)/.built: $(CONSOLE_ASSETS)/package-lock.json
+	cd $(CONSOLE_ASSETS) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	mkdir -p $(VENDOR)/swagger-ui
+	cp $(CONSOLE_ASSETS)/node_modules/swagger-ui-dist/swagger-ui-bundle.js \
+	   $(CONSOLE_ASSETS)/node_modules/swagger-ui-dist/swagger-ui-standalone-preset.js \
+	   $(CONSOLE_ASSETS)/node_modules/swagger-ui-dist/swagger-ui.css \
+	   $(CONSOLE_ASSETS)/node_modules/swagger-ui-dist/LICENSE $(VENDOR)/swagger-ui/
+	touch $@
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +55,15 @@ slurm-packages: install
 ray-venv: install
 	$(BIN)/python -m tests.support.ray install
 
-test: install slurm-packages ray-venv lint typecheck
+# The console's browser tests drive Debian's Chromium (launched by path, /usr/bin/chromium;
+# never a browser build Playwright downloads): installed here with apt when missing.
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium; \
+	  else echo "chromium: not root, cannot apt-get install chromium; the console's browser tests will skip (fail when CI is set)"; fi; }
+
+test: install slurm-packages ray-venv chromium lint typecheck
 	$(BIN)/pytest
 
 # A local Slurm to run gangs on by hand (state, logs and pid files in .slurm/); `up` prints
@@ -63,4 +87,4 @@ bench: install
 	$(BIN)/python -m bench.proxy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(VENDOR) $(CONSOLE_ASSETS)/node_modules

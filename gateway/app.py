@@ -13,6 +13,7 @@ from litestar.types import HTTPScope, Message, Send
 from gateway.admin import AdminController, ModelController
 from gateway.admin.live import LiveController
 from gateway.auth import auth_middleware
+from gateway.console import console_router
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
 from gateway.inference.controllers import InferenceController
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             LiveController,
             UsageController,
             InferenceController,
+            console_router(),
         ],
         dependencies={
             "database": Provide(lambda: services.database, sync_to_thread=False),

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from litestar import Litestar
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin, YamlRenderPlugin
 from litestar.openapi.spec import (
     OpenAPI,
     OpenAPIHeader,
@@ -125,10 +126,26 @@ def openapi_config() -> OpenAPIConfig:
         version="0.1.0",
         path="/schema",
         security=[{"bearer": []}],
+        render_plugins=[_swagger_ui(), JsonRenderPlugin(), YamlRenderPlugin()],
         description=(
             'Every error is JSON: `{"error": {"code", "message", "type"}}`. '
             "Send `Authorization: Bearer <API key or OIDC token>`."
         ),
+    )
+
+
+SWAGGER_UI = "/console/static/vendor/swagger-ui"
+"""Swagger UI, from the pinned swagger-ui-dist package that ``make install`` copies
+(gateway/console/assets): the page at ``/schema`` loads nothing from the internet."""
+
+
+def _swagger_ui() -> SwaggerRenderPlugin:
+    return SwaggerRenderPlugin(
+        js_url=f"{SWAGGER_UI}/swagger-ui-bundle.js",
+        css_url=f"{SWAGGER_UI}/swagger-ui.css",
+        standalone_preset_js_url=f"{SWAGGER_UI}/swagger-ui-standalone-preset.js",
+        path="/",
+        favicon="",
     )
 
 

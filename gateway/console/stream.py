@@ -1,0 +1,119 @@
+"""The console's live updates: the API's event stream (``GET /api/v1/admin/events``,
+Server-Sent Events) relayed to the browser, called in-process with the session's key as
+every other console call is, so the browser never holds a key and sees exactly the
+events that key may see.
+
+httpx's ASGI transport reads a whole answer before returning it, which an endless
+stream never ends, so this speaks ASGI to the app directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar.types import ASGIApp
+
+__all__ = ["EVENTS_PATH", "Relay"]
+
+EVENTS_PATH = "/api/v1/admin/events"
+_STOP_SECONDS = 5.0
+
+
+class Relay:
+    """One relayed stream: :meth:`start` returns the API's status; when it is 200,
+    :meth:`chunks` yields the body as it comes, and stops the API's side when the
+    browser goes (its iterator closed)."""
+
+    def __init__(
+        self, app: ASGIApp, token: str, *, path: str = EVENTS_PATH, last_event_id: str | None
+    ) -> None:
+        headers = [
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"accept", b"text/event-stream"),
+            (b"host", b"console.internal"),
+        ]
+        if last_event_id:
+            headers.append((b"last-event-id", last_event_id.encode("latin-1", "replace")))
+        self._scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 0),
+            "server": ("console.internal", 80),
+            "state": {},
+        }
+        self._app = app
+        self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=64)
+        self._gone = asyncio.Event()
+        self._requested = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Call the API and wait for its answer's status."""
+        self._task = asyncio.create_task(self._run())
+        while True:
+            message = await self._queue.get()
+            if message is None:
+                return 502  # it ended without answering
+            if message["type"] == "http.response.start":
+                status: int = message["status"]
+                if status != 200:
+                    await self.close()
+                return status
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                message = await self._queue.get()
+                if message is None or message["type"] != "http.response.body":
+                    return
+                body: bytes = message.get("body", b"")
+                if body:
+                    yield body
+                if not message.get("more_body", False):
+                    return
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Tell the API the client is gone, and wait (a while) for it to stop."""
+        self._gone.set()
+        if self._task is None or self._task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), _STOP_SECONDS)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        try:
+            # ASGI's message types are TypedDicts: plain dicts here, as the app sends them.
+            app: Any = self._app
+            await app(self._scope, self._receive, self._send)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(None)
+
+    async def _receive(self) -> dict[str, Any]:
+        if not self._requested:
+            self._requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self._gone.is_set():
+            return  # nobody reads any more
+        await self._queue.put(message)
