@@ -10,8 +10,9 @@ from litestar.di import Provide
 from litestar.routes import HTTPRoute
 from litestar.types import HTTPScope, Message, Send
 
-from gateway.admin import AdminController, ModelController
+from gateway.admin import ModelController
 from gateway.admin.live import LiveController
+from gateway.admin.objects import ObjectController
 from gateway.auth import auth_middleware
 from gateway.console import console_router
 from gateway.errors import exception_handlers
@@ -78,9 +79,9 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             HealthController,
             WorkloadController,
             EstimateController,
-            AdminController,
             ModelController,
             LiveController,
+            ObjectController,  # with AdminController's routes
             UsageController,
             InferenceController,
             console_router(),

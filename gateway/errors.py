@@ -20,7 +20,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from gateway.outages import DATABASE_ERRORS, DATABASE_RETRY_AFTER, Outages, database_unavailable
 from quota.errors import QuotaError
 from quota.resources import QuantityError
-from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
+from tenants.errors import ConflictError, InvalidRequestError, NotFoundError, StaleVersionError
 
 __all__ = [
     "ApiError",
@@ -48,6 +48,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
+    412: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     422: "invalid_request_error",
@@ -79,6 +80,8 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    412: "version_mismatch",
+    428: "if_match_required",
     413: "request_too_large",
     415: "unsupported_media_type",
     422: "unprocessable",
@@ -131,6 +134,8 @@ def _domain(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any
         return error_response(404, "not_found", str(exc))
     if isinstance(exc, ConflictError):
         return error_response(409, "conflict", str(exc))
+    if isinstance(exc, StaleVersionError):
+        return error_response(412, "version_mismatch", str(exc), {"etag": f'"{exc.current}"'})
     return error_response(422, "invalid_request", str(exc))
 
 
@@ -161,6 +166,7 @@ exception_handlers: dict[Any, Any] = {
     PermissionDeniedException: _http,
     NotFoundError: _domain,
     ConflictError: _domain,
+    StaleVersionError: _domain,
     InvalidRequestError: _domain,
     QuotaError: _domain,
     QuantityError: _domain,

@@ -83,6 +83,7 @@ _DESCRIPTIONS = {
     412: "A precondition of the request does not hold.",
     413: "The body is larger than this route takes.",
     422: "Well formed, but not a valid request (the message says why).",
+    428: "The request must name the version it read (If-Match).",
     429: "A quota refused it; Retry-After says when to try again.",
     502: "The backend or upstream failed or answered malformed.",
     503: (
@@ -101,6 +102,11 @@ _HEADERS: dict[int, dict[str, OpenAPIHeader | Reference]] = {
     429: {
         "Retry-After": OpenAPIHeader(
             schema=Schema(type=OpenAPIType.STRING), description="Seconds to wait."
+        )
+    },
+    412: {
+        "ETag": OpenAPIHeader(
+            schema=Schema(type=OpenAPIType.STRING), description="The current version."
         )
     },
     503: {

@@ -3,11 +3,18 @@
 TenantsError
  +-- NotFound      the named object does not exist
  +-- Conflict      the change contradicts existing state (e.g. a queue holds admitted work)
+ +-- StaleVersion  an update names a version of the object that is no longer current
 """
 
 from __future__ import annotations
 
-__all__ = ["ConflictError", "InvalidRequestError", "NotFoundError", "TenantsError"]
+__all__ = [
+    "ConflictError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "StaleVersionError",
+    "TenantsError",
+]
 
 
 class TenantsError(Exception):
@@ -24,3 +31,11 @@ class ConflictError(TenantsError):
 
 class InvalidRequestError(TenantsError):
     pass
+
+
+class StaleVersionError(TenantsError):
+    """The caller read another version than the current one (answered 412)."""
+
+    def __init__(self, message: str, current: int) -> None:
+        super().__init__(message)
+        self.current = current

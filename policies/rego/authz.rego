@@ -23,6 +23,8 @@ tenant_actions := {
 	"keys.create": {"tenant-admin"},
 	"keys.revoke": {"tenant-admin"},
 	"live.read": {"tenant-admin"},
+	"tenants.read": {"tenant-admin"},
+	"principals.read": {"tenant-admin"},
 }
 
 # The scope a key must hold for each action; every `admin.*` action needs "admin".
@@ -40,6 +42,8 @@ action_scopes := {
 	"keys.create": "keys:write",
 	"keys.revoke": "keys:write",
 	"live.read": "usage:read",
+	"tenants.read": "keys:read",
+	"principals.read": "keys:read",
 }
 
 # Actions that spend a tenant's quota. Nobody, not even a platform admin, spends

@@ -19,3 +19,4 @@ class ModelRow(SQLModel, table=True):
     position: int = 0
     spec: dict[str, Any] = json_field()  # {"name", "flavor", "endpoints": [...]}
     updated_at: datetime = timestamp_field()
+    version: int = 1  # bumped on every change, by the admin API or a config apply

@@ -35,6 +35,7 @@ class Principal(SQLModel, table=True):
     )
     name: str = Field(max_length=200)
     kind: str = Field(default="user", max_length=20)  # user | service-account
+    version: int = 1  # bumped on every change (If-Match)
     created_at: datetime = timestamp_field()
     # Set when its tenant is deleted: none of its keys authenticates any more.
     disabled_at: datetime | None = timestamp_field(nullable=True)

@@ -19,6 +19,7 @@ class FlavorRow(SQLModel, table=True):
     name: str = Field(primary_key=True, max_length=63)
     position: int = 0  # keeps the configured order
     updated_at: datetime = timestamp_field()
+    version: int = 1  # bumped on every change, by the admin API or a config apply
 
 
 class CohortRow(SQLModel, table=True):
@@ -28,6 +29,7 @@ class CohortRow(SQLModel, table=True):
     position: int = 0
     spec: dict[str, Any] = json_field()
     updated_at: datetime = timestamp_field()
+    version: int = 1  # bumped on every change, by the admin API or a config apply
 
 
 class ClusterQueueRow(SQLModel, table=True):
@@ -37,3 +39,4 @@ class ClusterQueueRow(SQLModel, table=True):
     position: int = 0
     spec: dict[str, Any] = json_field()
     updated_at: datetime = timestamp_field()
+    version: int = 1  # bumped on every change, by the admin API or a config apply

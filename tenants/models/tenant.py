@@ -30,6 +30,7 @@ class Tenant(SQLModel, table=True):
     key_policy: dict[str, Any] = json_field(dict)
     created_at: datetime = timestamp_field()
     updated_at: datetime = timestamp_field()
+    version: int = 1  # bumped on every change, by the admin API or a config apply
     # Soft deletion: the row stays for the history (workloads, usage, audit) that names
     # it; a deleted tenant is unknown to the policies and its keys are revoked.
     deleted_at: datetime | None = timestamp_field(nullable=True)

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
-from sqlalchemy import update
+from sqlalchemy import func, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -52,6 +52,7 @@ __all__ = [
     "load_models",
     "load_prices",
     "load_quota_config",
+    "serialize_config_changes",
 ]
 
 
@@ -82,15 +83,24 @@ class ApplyReport:
 
 async def apply_config(session: AsyncSession, config: IgnaraConfig, actor: str) -> ApplyReport:
     """Make the database say what ``config`` says, in the caller's transaction."""
+    await serialize_config_changes(session)
     report = ApplyReport()
     await _refuse_removing_busy_queues(session, {q.name for q in config.cluster_queues})
+    # Where a flavor runs is a global setting, but a change of it is the flavor's.
+    setting = await session.get(CohortRow, _SETTINGS_ROW)
+    ran_on: dict[str, str] = (setting.spec.get("flavor_backends") or {}) if setting else {}
+    runs_on = config.flavor_backends
     await _sync(
         session,
         FlavorRow,
         "flavor",
-        {name: ({}, i) for i, name in enumerate(config.flavor_names)},
+        {
+            name: ({"backend": runs_on[name]} if name in runs_on else {}, i)
+            for i, name in enumerate(config.flavor_names)
+        },
         actor,
         report,
+        moved={n for n in config.flavor_names if ran_on.get(n) != runs_on.get(n)},
     )
     await _sync(session, CohortRow, "cohort", _specs(config.cohorts), actor, report)
     await _sync(
@@ -100,6 +110,20 @@ async def apply_config(session: AsyncSession, config: IgnaraConfig, actor: str) 
     await _sync_setting(session, _settings_spec(config), actor, report)
     await _sync_tenants(session, config, actor, report)
     return report
+
+
+# Any number, the same in every gateway: the key of the advisory lock config changes take.
+_CONFIG_LOCK = 0x16A7A_C0F6
+
+
+async def serialize_config_changes(session: AsyncSession) -> None:
+    """Config changes (an apply, one object's) one at a time across gateways, until the
+    caller's transaction ends: a change reads the stored config, checks the version its
+    caller read, and writes, with no other change in between. (SQLite serializes writers
+    by itself.)"""
+    bind = session.get_bind()
+    if bind.dialect.name == "postgresql":
+        await session.exec(select(func.pg_advisory_xact_lock(_CONFIG_LOCK)))
 
 
 async def load_models(session: AsyncSession) -> list[ModelDoc]:
@@ -227,7 +251,9 @@ async def _sync(
     wanted: dict[str, tuple[dict[str, Any], int]],
     actor: str,
     report: ApplyReport,
+    moved: frozenset[str] | set[str] = frozenset(),
 ) -> None:
+    """``moved``: flavors whose backend changed (their rows hold no spec to compare)."""
     rows: Sequence[Any] = (await session.exec(select(table))).all()
     existing = {row.name: row for row in rows}
     existing.pop(_SETTINGS_ROW, None)
@@ -237,11 +263,14 @@ async def _sync(
             session.add(_new_row(table, name, spec, position))
             _audit(session, actor, "create", kind, name, spec)
             report.created.append(f"{kind} {name}")
-        elif _spec_of(row) != spec or row.position != position:
+        elif (
+            name in moved or _spec_of(row) != _stored_spec(table, spec) or row.position != position
+        ):
             if isinstance(row, CohortRow | ClusterQueueRow | ModelRow):
                 row.spec = spec
             row.position = position
             row.updated_at = utcnow()
+            row.version += 1
             session.add(row)
             _audit(session, actor, "update", kind, name, spec)
             report.updated.append(f"{kind} {name}")
@@ -260,6 +289,11 @@ def _new_row(
     if table is FlavorRow:
         return FlavorRow(name=name, position=position)
     return table(name=name, spec=spec, position=position)  # type: ignore[call-arg]
+
+
+def _stored_spec(table: type[Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """What a row of ``table`` keeps of ``spec`` (a flavor row: nothing)."""
+    return {} if table is FlavorRow else spec
 
 
 def _spec_of(row: FlavorRow | CohortRow | ClusterQueueRow | ModelRow) -> dict[str, Any]:
@@ -290,6 +324,7 @@ async def _sync_setting(
     )
     if changed:
         row.spec = spec
+        row.version += 1
         session.add(row)
         for key in changed:
             _audit(session, actor, "update", "setting", key, {key: spec.get(key)})
@@ -327,6 +362,7 @@ async def _sync_tenants(
             for field_name, value in spec.items():
                 setattr(tenant, field_name, value)
             tenant.updated_at = utcnow()
+            tenant.version += 1
             session.add(tenant)
             _audit(session, actor, "update", "tenant", doc.name, spec, tenant=doc.name)
             report.updated.append(f"tenant {doc.name}")
@@ -343,6 +379,7 @@ async def _restore_tenant(session: AsyncSession, tenant: Tenant, spec: dict[str,
         setattr(tenant, field_name, value)
     tenant.deleted_at = None
     tenant.updated_at = utcnow()
+    tenant.version += 1
     session.add(tenant)
     await session.exec(
         update(Principal).where(col(Principal.tenant) == tenant.name).values(disabled_at=None)

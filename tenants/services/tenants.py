@@ -112,7 +112,7 @@ async def delete_tenant(session: AsyncSession, name: str, *, actor: str) -> Tena
     marked = await session.exec(
         update(Tenant)
         .where(col(Tenant.name) == name, col(Tenant.deleted_at).is_(None))
-        .values(deleted_at=now, updated_at=now)
+        .values(deleted_at=now, updated_at=now, version=Tenant.version + 1)
     )
     if marked.rowcount != 1:
         raise NotFoundError(f"tenant {name!r} does not exist")
