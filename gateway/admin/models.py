@@ -5,13 +5,15 @@ transaction, audited), so the registry has one source of truth: the stored confi
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, put
+from litestar import Controller, Request, Response, delete, get, put
+from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, HeaderParameter, JSONBody
 
 from gateway.auth import Identity
 from gateway.authorization import authorize
@@ -25,8 +27,9 @@ from tenants import parse_config
 from tenants.config_file import EndpointDoc, ModelDoc
 from tenants.model_checks import model_name_error
 from tenants.services import apply_config, export_config
+from tenants.services.objects import delete_object, get_object, put_object
 
-__all__ = ["ModelController", "check_key_variables"]
+__all__ = ["ModelController", "check_key_variables", "if_match_version"]
 
 
 class ModelIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -59,18 +62,63 @@ class ModelController(Controller):
                 )
         return models
 
-    @put("/{path:path}", operation_id="PutModel", status_code=200, responses=errors(409, 422))
+    @get(
+        "/{path:path}",
+        operation_id="GetModel",
+        responses=errors(400, 404),
+        response_headers=[
+            ResponseHeader(name="ETag", description="The model's version.", documentation_only=True)
+        ],
+    )
+    async def get_model(
+        self,
+        request: Request[Identity, Any, Any],
+        path: FromPath[PurePosixPath],
+        services: NamedDependency[Services],
+    ) -> Response[dict[str, Any]]:
+        """One model: its config entry and ``version`` (also the ``ETag``)."""
+        await authorize(services.policy, request.user, "admin.models.list")
+        name = _model_name(path)
+        async with services.database.session() as session:
+            found = await get_object(session, "model", name)
+        return Response({**found.spec, "version": found.version}, headers=_etag(found.version))
+
+    @put(
+        "/{path:path}",
+        operation_id="PutModel",
+        status_code=200,
+        responses=errors(404, 409, 412, 422),
+    )
     async def put_model(
         self,
         request: Request[Identity, Any, Any],
         path: FromPath[PurePosixPath],
         data: JSONBody[ModelIn],
         services: NamedDependency[Services],
+        if_match: Annotated[
+            str | None,
+            HeaderParameter(name="If-Match", min_length=1, max_length=100, required=False),
+        ] = None,
     ) -> dict[str, Any]:
-        """Create or replace one model (names may hold '/', as ``org/model``)."""
+        """Create or replace one model (names may hold '/', as ``org/model``). With
+        ``If-Match``, only the version it names is replaced (412 if stale)."""
         await authorize(services.policy, request.user, "admin.models.write")
         name = _model_name(path)
         entry = {"name": name, **msgspec.to_builtins(data)}
+        if if_match is not None:
+            model = ModelDoc(name, data.flavor, data.endpoints)
+            check_key_variables([model], services.settings.inference.key_rule)
+            async with services.database.session() as session:
+                changed = await put_object(
+                    session,
+                    "model",
+                    name,
+                    msgspec.to_builtins(data),
+                    actor=request.user.principal,
+                    expected=if_match_version(if_match),
+                )
+            await services.reload_config()
+            return {**changed.spec, "version": changed.version}
 
         def change(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if any(m["name"] == name for m in models):
@@ -80,23 +128,31 @@ class ModelController(Controller):
         await _change_models(services, request.user.principal, change)
         return entry
 
-    @delete("/{path:path}", operation_id="DeleteModel", status_code=200, responses=errors(404, 409))
+    @delete(
+        "/{path:path}",
+        operation_id="DeleteModel",
+        status_code=200,
+        responses=errors(404, 409, 412),
+    )
     async def delete_model(
         self,
         request: Request[Identity, Any, Any],
         path: FromPath[PurePosixPath],
         services: NamedDependency[Services],
+        if_match: Annotated[
+            str | None,
+            HeaderParameter(name="If-Match", min_length=1, max_length=100, required=False),
+        ] = None,
     ) -> dict[str, str]:
-        """Remove one model (refused while a tenant's allow-list names it)."""
+        """Remove one model (refused with 409 while a tenant's allow-list names it)."""
         await authorize(services.policy, request.user, "admin.models.write")
         name = _model_name(path)
-
-        def change(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            if not any(m["name"] == name for m in models):
-                raise ApiError(404, "not_found", f"model {name!r} is not configured")
-            return [m for m in models if m["name"] != name]
-
-        await _change_models(services, request.user.principal, change)
+        expected = if_match_version(if_match) if if_match is not None else None
+        async with services.database.session() as session:
+            await delete_object(
+                session, "model", name, actor=request.user.principal, expected=expected
+            )
+        await services.reload_config()
         return {"deleted": name}
 
 
@@ -120,6 +176,23 @@ def _model_name(path: PurePosixPath) -> str:
     if (error := model_name_error(name)) is not None:
         raise ApiError(400, "invalid_request", error)
     return name
+
+
+def _etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+_VERSION = re.compile(r'^(?:W/)?"?([0-9]{1,18})"?$')
+
+
+def if_match_version(if_match: str) -> int:
+    """The version an ``If-Match`` names (``"3"``, ``W/"3"`` or ``3``); 400 otherwise."""
+    match = _VERSION.match(if_match.strip())
+    if match is None:
+        raise ApiError(
+            400, "invalid_request", 'If-Match: the ETag the object was read with, as "3"'
+        )
+    return int(match.group(1))
 
 
 def check_key_variables(models: list[ModelDoc], rule: UpstreamKeyRule) -> None:

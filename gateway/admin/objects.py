@@ -29,6 +29,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from msgspec import Meta
 
 from gateway.admin.controllers import AdminController
+from gateway.admin.models import if_match_version
 from gateway.auth import Identity
 from gateway.authorization import authorize
 from gateway.backends.registry import refused_secret_variable
@@ -584,16 +585,8 @@ def _tagged_principal(record: PrincipalRecord, status: int = 200) -> Response[Pr
     )
 
 
-_VERSION = re.compile(r'^(?:W/)?"?([0-9]{1,18})"?$')
-
-
 def _version(if_match: str) -> int:
-    match = _VERSION.match(if_match.strip())
-    if match is None:
-        raise ApiError(
-            400, "invalid_request", 'If-Match: the ETag the object was read with, as "3"'
-        )
-    return int(match.group(1))
+    return if_match_version(if_match)
 
 
 def _required_version(if_match: str | None) -> int:

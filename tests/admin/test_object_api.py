@@ -385,3 +385,32 @@ def test_lists_are_paged_with_a_cursor(client: TestClient[Any]) -> None:
         if cursor is None:
             break
     assert seen == [f"c{i}" for i in range(5)]
+
+
+def test_a_model_has_a_version_and_its_updates_if_match(client: TestClient[Any]) -> None:
+    entry = {"flavor": "h100", "endpoints": [{"base_url": "http://127.0.0.1:9/v1"}]}
+    made = client.put(f"{API}/models/org/m1", json=entry, headers=ADMIN)
+    assert made.status_code == 200, made.text
+    got = client.get(f"{API}/models/org/m1", headers=ADMIN)
+    assert got.status_code == 200, got.text
+    assert got.json()["name"] == "org/m1" and got.headers["etag"] == f'"{got.json()["version"]}"'
+    listed = client.get(f"{API}/models", headers=ADMIN)
+    assert [m["name"] for m in listed.json()] == ["org/m1"]
+    etag = got.headers["etag"]
+    moved = {**entry, "endpoints": [{"base_url": "http://127.0.0.1:10/v1", "weight": 2}]}
+    changed = client.put(f"{API}/models/org/m1", json=moved, headers={**ADMIN, "If-Match": etag})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["version"] == got.json()["version"] + 1
+    error_of(
+        client.put(f"{API}/models/org/m1", json=entry, headers={**ADMIN, "If-Match": etag}), 412
+    )
+    tenant = client.get(f"{API}/tenants/alpha", headers=ADMIN)
+    listing = client.put(
+        f"{API}/tenants/alpha",
+        json={**tenant.json()["spec"], "models": ["org/m1"]},
+        headers={**ADMIN, "If-Match": tenant.headers["etag"]},
+    )
+    assert listing.status_code == 200, listing.text
+    body = error_of(client.delete(f"{API}/models/org/m1", headers=ADMIN), 409)
+    assert "alpha" in body["message"]
+    error_of(client.get(f"{API}/models/org/none", headers=ADMIN), 404)

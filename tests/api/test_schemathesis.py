@@ -51,6 +51,15 @@ EXAMPLES = 6  # per operation, key and mode
 # tests read them as a client does (tests/admin/test_live.py).
 STREAMS = frozenset({"StreamEvents"})
 LAST = (
+    "CreatePrincipal",
+    "UpdatePrincipal",
+    "DeletePrincipal",
+    "CreateObject",
+    "UpdateObject",
+    "DeleteObject",
+    "UpdateSettings",
+    "CreateTenant",
+    "UpdateTenant",
     "RevokeApiKey",
     "RevokePlatformKey",
     "DeleteModel",
@@ -126,6 +135,10 @@ VALID: list[tuple[str, str, dict[str, Any]]] = [
     ("ListWorkloads", "member", {"query": {"limit": 1}}),
     ("GetUsage", "member", {}),
     ("CreateApiKey", "admin", {"path_parameters": {"tenant": "alpha"}, "body": {"principal": "b"}}),
+    ("ListObjects", "admin", {"path_parameters": {"kind": "cluster-queues"}}),
+    ("GetTenant", "admin", {"path_parameters": {"tenant": "alpha"}}),
+    ("ListAudit", "admin", {"query": {"limit": 5}}),
+    ("CreateObject", "admin", {"path_parameters": {"kind": "cohorts"}, "body": {"name": "fuzz"}}),
 ]
 
 
