@@ -366,4 +366,24 @@ test_tenant_admin_reads_live_state_of_own_tenant_only if {
 		with data.ignara.tenants as tenants
 	member.allow == false
 	"roles [member] do not permit \"live.read\"; it needs one of: admin, tenant-admin" in member.reasons
+
+test_tenant_admin_reads_own_tenant_and_principals_only if {
+	tenants := fx.tenants
+	every action in ["tenants.read", "principals.read"] {
+		own := authz.decision with input.principal as fx.amy
+			with input.action as action
+			with input.resource as {"tenant": "acme"}
+			with data.ignara.tenants as tenants
+		own == fx.allowed
+		other := authz.decision with input.principal as fx.amy
+			with input.action as action
+			with input.resource as {"tenant": "globex"}
+			with data.ignara.tenants as tenants
+		other.allow == false
+		member := authz.decision with input.principal as fx.alice
+			with input.action as action
+			with input.resource as {"tenant": "acme"}
+			with data.ignara.tenants as tenants
+		member.allow == false
+	}
 }
