@@ -414,3 +414,12 @@ def test_a_model_has_a_version_and_its_updates_if_match(client: TestClient[Any])
     body = error_of(client.delete(f"{API}/models/org/m1", headers=ADMIN), 409)
     assert "alpha" in body["message"]
     error_of(client.get(f"{API}/models/org/none", headers=ADMIN), 404)
+
+
+def test_a_backend_token_variable_the_operator_does_not_allow_is_422(
+    client: TestClient[Any],
+) -> None:
+    ray = {"name": "ray-x", "kind": "ray", "url": "http://127.0.0.1:8265", "token_env": "HOME"}
+    body = error_of(client.post(f"{API}/backends", json=ray, headers=ADMIN), 422)
+    assert "token_env" in body["message"] and "HOME" in body["message"]
+    error_of(client.get(f"{API}/backends/ray-x", headers=ADMIN), 404)
