@@ -1,4 +1,5 @@
-"""`/api/v1/admin`, one object at a time: flavors, cohorts, cluster queues, backends,
+"""`/api/v1/admin`, one object at a time: flavors, cohorts, cluster queues, backends
+(under ``/config/``: ``/api/v1/admin/cohorts`` is the cohorts' live state),
 tenants and their principals, the global settings (prices, budget period, fair
 sharing, inference defaults), and the audit log.
 
@@ -153,7 +154,7 @@ class ObjectController(AdminController):
     """AdminController's routes and these: Litestar refuses two controllers serving
     one path (``/tenants``), so this one extends it and is registered instead."""
 
-    @get("/{kind:str}", operation_id="ListObjects", responses=errors(400))
+    @get("/config/{kind:str}", operation_id="ListObjects", responses=errors(400))
     async def list_(
         self,
         request: Request[Identity, Any, Any],
@@ -170,7 +171,7 @@ class ObjectController(AdminController):
         return ObjectPage([_out(o) for o in items], _encode_cursor("n", last))
 
     @get(
-        "/{kind:str}/{name:str}",
+        "/config/{kind:str}/{name:str}",
         operation_id="GetObject",
         responses=errors(404),
         response_headers=ETAG,
@@ -188,7 +189,7 @@ class ObjectController(AdminController):
         return _tagged(found)
 
     @post(
-        "/{kind:str}",
+        "/config/{kind:str}",
         operation_id="CreateObject",
         responses=errors(409, 422),
         response_headers=ETAG,
@@ -207,7 +208,7 @@ class ObjectController(AdminController):
         return _tagged(created, status=201)
 
     @put(
-        "/{kind:str}/{name:str}",
+        "/config/{kind:str}/{name:str}",
         operation_id="UpdateObject",
         status_code=200,
         responses=errors(404, 409, 412, 422, 428),
@@ -233,7 +234,7 @@ class ObjectController(AdminController):
         return _tagged(changed)
 
     @delete(
-        "/{kind:str}/{name:str}",
+        "/config/{kind:str}/{name:str}",
         operation_id="DeleteObject",
         status_code=200,
         responses=errors(404, 409, 412),

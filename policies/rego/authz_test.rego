@@ -366,6 +366,7 @@ test_tenant_admin_reads_live_state_of_own_tenant_only if {
 		with data.ignara.tenants as tenants
 	member.allow == false
 	"roles [member] do not permit \"live.read\"; it needs one of: admin, tenant-admin" in member.reasons
+}
 
 test_tenant_admin_reads_own_tenant_and_principals_only if {
 	tenants := fx.tenants

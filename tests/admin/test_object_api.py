@@ -59,21 +59,23 @@ def test_a_cluster_queue_is_created_read_listed_updated_and_deleted(
         default_max_runtime="2h",
     )
     spec.pop("cohort")
-    created = client.post(f"{API}/cluster-queues", json=spec, headers=ADMIN)
+    created = client.post(f"{API}/config/cluster-queues", json=spec, headers=ADMIN)
     assert created.status_code == 201, created.text
     assert created.headers["etag"] == '"1"'
     body = created.json()
     assert (body["kind"], body["name"], body["version"]) == ("cluster_queue", "team-c", 1)
     assert body["spec"]["queueing_strategy"] == "StrictFIFO"
 
-    got = client.get(f"{API}/cluster-queues/team-c", headers=ADMIN)
+    got = client.get(f"{API}/config/cluster-queues/team-c", headers=ADMIN)
     assert got.status_code == 200 and got.json() == body
 
-    names = [q["name"] for q in client.get(f"{API}/cluster-queues", headers=ADMIN).json()["items"]]
+    names = [
+        q["name"] for q in client.get(f"{API}/config/cluster-queues", headers=ADMIN).json()["items"]
+    ]
     assert names == ["team-a", "team-b", "team-c"]
 
     changed = client.put(
-        f"{API}/cluster-queues/team-c",
+        f"{API}/config/cluster-queues/team-c",
         json=queue("team-c", gpus=8),
         headers={**ADMIN, "If-Match": created.headers["etag"]},
     )
@@ -85,9 +87,11 @@ def test_a_cluster_queue_is_created_read_listed_updated_and_deleted(
     config = client.get(f"{API}/config", headers=ADMIN).json()
     assert [q["name"] for q in config["cluster_queues"]] == ["team-a", "team-b", "team-c"]
 
-    gone = client.delete(f"{API}/cluster-queues/team-c", headers={**ADMIN, "If-Match": '"2"'})
+    gone = client.delete(
+        f"{API}/config/cluster-queues/team-c", headers={**ADMIN, "If-Match": '"2"'}
+    )
     assert gone.status_code == 200, gone.text
-    error_of(client.get(f"{API}/cluster-queues/team-c", headers=ADMIN), 404)
+    error_of(client.get(f"{API}/config/cluster-queues/team-c", headers=ADMIN), 404)
 
 
 def test_flavors_cohorts_and_backends_have_the_same_crud(client: TestClient[Any]) -> None:
@@ -96,23 +100,25 @@ def test_flavors_cohorts_and_backends_have_the_same_crud(client: TestClient[Any]
         ("cohorts", {"name": "research"}),
         ("backends", {"name": "ray-east", "kind": "ray", "url": "http://127.0.0.1:8265"}),
     ):
-        created = client.post(f"{API}/{path}", json=spec, headers=ADMIN)
+        created = client.post(f"{API}/config/{path}", json=spec, headers=ADMIN)
         assert created.status_code == 201, (path, created.text)
         name = spec["name"]
-        got = client.get(f"{API}/{path}/{name}", headers=ADMIN)
+        got = client.get(f"{API}/config/{path}/{name}", headers=ADMIN)
         assert got.status_code == 200 and got.json()["name"] == name
         etag = got.headers["etag"]
-        error_of(client.post(f"{API}/{path}", json=spec, headers=ADMIN), 409)
-        assert client.delete(f"{API}/{path}/{name}", headers=ADMIN).status_code == 200
-        error_of(client.get(f"{API}/{path}/{name}", headers=ADMIN), 404)
+        error_of(client.post(f"{API}/config/{path}", json=spec, headers=ADMIN), 409)
+        assert client.delete(f"{API}/config/{path}/{name}", headers=ADMIN).status_code == 200
+        error_of(client.get(f"{API}/config/{path}/{name}", headers=ADMIN), 404)
         assert etag.startswith('"')
     # A flavor that names its backend; then changed to run locally.
-    client.post(f"{API}/backends", json={"name": "local", "kind": "local"}, headers=ADMIN)
-    made = client.post(f"{API}/flavors", json={"name": "a100", "backend": "local"}, headers=ADMIN)
+    client.post(f"{API}/config/backends", json={"name": "local", "kind": "local"}, headers=ADMIN)
+    made = client.post(
+        f"{API}/config/flavors", json={"name": "a100", "backend": "local"}, headers=ADMIN
+    )
     assert made.status_code == 201, made.text
     assert made.json()["spec"] == {"name": "a100", "backend": "local"}
     moved = client.put(
-        f"{API}/flavors/a100", json={}, headers={**ADMIN, "If-Match": made.headers["etag"]}
+        f"{API}/config/flavors/a100", json={}, headers={**ADMIN, "If-Match": made.headers["etag"]}
     )
     assert moved.status_code == 200, moved.text
     assert moved.json()["spec"] == {"name": "a100"} and moved.json()["version"] == 2
@@ -188,39 +194,49 @@ def test_settings_prices_and_budget_period_are_read_and_changed(client: TestClie
 
 
 def test_two_admins_racing_on_one_queue_the_second_gets_412(client: TestClient[Any]) -> None:
-    first = client.get(f"{API}/cluster-queues/team-a", headers=ADMIN)
-    second = client.get(f"{API}/cluster-queues/team-a", headers=ADMIN)
+    first = client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN)
+    second = client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN)
     etag = first.headers["etag"]
     assert etag == second.headers["etag"]
     won = client.put(
-        f"{API}/cluster-queues/team-a", json=queue("team-a", 6), headers={**ADMIN, "If-Match": etag}
+        f"{API}/config/cluster-queues/team-a",
+        json=queue("team-a", 6),
+        headers={**ADMIN, "If-Match": etag},
     )
     assert won.status_code == 200, won.text
     lost = client.put(
-        f"{API}/cluster-queues/team-a", json=queue("team-a", 2), headers={**ADMIN, "If-Match": etag}
+        f"{API}/config/cluster-queues/team-a",
+        json=queue("team-a", 2),
+        headers={**ADMIN, "If-Match": etag},
     )
     body = error_of(lost, 412)
     assert body["code"] == "version_mismatch" and "version" in body["message"]
     assert lost.headers["etag"] == won.headers["etag"]
-    nominal = client.get(f"{API}/cluster-queues/team-a", headers=ADMIN).json()["spec"]
+    nominal = client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN).json()["spec"]
     assert nominal["resource_groups"][0]["flavors"][0]["quotas"]["nvidia.com/gpu"]["nominal"] == 6
     # No If-Match on an update: 428; a malformed one: 400; a stale delete: 412.
-    error_of(client.put(f"{API}/cluster-queues/team-a", json=queue("team-a"), headers=ADMIN), 428)
+    error_of(
+        client.put(f"{API}/config/cluster-queues/team-a", json=queue("team-a"), headers=ADMIN), 428
+    )
     malformed = {**ADMIN, "If-Match": "yesterday"}
     error_of(
-        client.put(f"{API}/cluster-queues/team-a", json=queue("team-a"), headers=malformed), 400
+        client.put(f"{API}/config/cluster-queues/team-a", json=queue("team-a"), headers=malformed),
+        400,
     )
     error_of(
-        client.delete(f"{API}/cluster-queues/team-b", headers={**ADMIN, "If-Match": '"9"'}), 412
+        client.delete(f"{API}/config/cluster-queues/team-b", headers={**ADMIN, "If-Match": '"9"'}),
+        412,
     )
 
 
 def test_an_apply_bumps_the_versions_the_api_checks(client: TestClient[Any]) -> None:
-    etag = client.get(f"{API}/cluster-queues/team-a", headers=ADMIN).headers["etag"]
+    etag = client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN).headers["etag"]
     config = {**CONFIG, "cluster_queues": [queue("team-a", 7), CONFIG["cluster_queues"][1]]}
     assert client.post(f"{API}/config", json=config, headers=ADMIN).status_code == 201
     stale = client.put(
-        f"{API}/cluster-queues/team-a", json=queue("team-a"), headers={**ADMIN, "If-Match": etag}
+        f"{API}/config/cluster-queues/team-a",
+        json=queue("team-a"),
+        headers={**ADMIN, "If-Match": etag},
     )
     error_of(stale, 412)
 
@@ -228,14 +244,16 @@ def test_an_apply_bumps_the_versions_the_api_checks(client: TestClient[Any]) -> 
 def test_deleting_what_others_depend_on_is_refused_with_the_reason(
     client: TestClient[Any],
 ) -> None:
-    body = error_of(client.delete(f"{API}/flavors/h100", headers=ADMIN), 409)
+    body = error_of(client.delete(f"{API}/config/flavors/h100", headers=ADMIN), 409)
     assert "team-a" in body["message"]
-    assert client.post(f"{API}/cohorts", json={"name": "org"}, headers=ADMIN).status_code == 201
+    assert (
+        client.post(f"{API}/config/cohorts", json={"name": "org"}, headers=ADMIN).status_code == 201
+    )
     child = {"name": "lab", "parent": "org"}
-    assert client.post(f"{API}/cohorts", json=child, headers=ADMIN).status_code == 201
-    body = error_of(client.delete(f"{API}/cohorts/org", headers=ADMIN), 409)
+    assert client.post(f"{API}/config/cohorts", json=child, headers=ADMIN).status_code == 201
+    body = error_of(client.delete(f"{API}/config/cohorts/org", headers=ADMIN), 409)
     assert "lab" in body["message"]
-    body = error_of(client.delete(f"{API}/cluster-queues/team-a", headers=ADMIN), 409)
+    body = error_of(client.delete(f"{API}/config/cluster-queues/team-a", headers=ADMIN), 409)
     assert "alpha" in body["message"]
     # A queue with admitted work (its tenant moved off it first).
     member = key_for(client, "alpha")
@@ -257,7 +275,7 @@ def test_deleting_what_others_depend_on_is_refused_with_the_reason(
         f"{API}/tenants/alpha", json={"queues": ["team-b"]}, headers={**ADMIN, "If-Match": etag}
     )
     assert moved.status_code == 200, moved.text
-    body = error_of(client.delete(f"{API}/cluster-queues/team-a", headers=ADMIN), 409)
+    body = error_of(client.delete(f"{API}/config/cluster-queues/team-a", headers=ADMIN), 409)
     assert "admitted work" in body["message"]
     cancelled = client.delete(f"/api/v1/workloads/{workload_id}", headers=bearer(member))
     assert cancelled.status_code == 200, cancelled.text
@@ -266,35 +284,39 @@ def test_deleting_what_others_depend_on_is_refused_with_the_reason(
 def test_an_invalid_quota_is_422_naming_the_field(client: TestClient[Any]) -> None:
     bad = queue("team-c")
     bad["resource_groups"][0]["flavors"][0]["quotas"]["nvidia.com/gpu"]["nominal"] = "lots"
-    body = error_of(client.post(f"{API}/cluster-queues", json=bad, headers=ADMIN), 422)
+    body = error_of(client.post(f"{API}/config/cluster-queues", json=bad, headers=ADMIN), 422)
     assert "nominal" in body["message"] and "team-c" in body["message"]
     unknown = queue("team-c")
     unknown["resource_groups"][0]["flavors"][0]["name"] = "tpu"
-    body = error_of(client.post(f"{API}/cluster-queues", json=unknown, headers=ADMIN), 422)
+    body = error_of(client.post(f"{API}/config/cluster-queues", json=unknown, headers=ADMIN), 422)
     assert "tpu" in body["message"]
-    error_of(client.post(f"{API}/cluster-queues", json={"name": "Bad Name"}, headers=ADMIN), 422)
-    etag = client.get(f"{API}/cluster-queues/team-a", headers=ADMIN).headers["etag"]
+    error_of(
+        client.post(f"{API}/config/cluster-queues", json={"name": "Bad Name"}, headers=ADMIN), 422
+    )
+    etag = client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN).headers["etag"]
     negative = queue("team-a", -1)
     error_of(
         client.put(
-            f"{API}/cluster-queues/team-a", json=negative, headers={**ADMIN, "If-Match": etag}
+            f"{API}/config/cluster-queues/team-a",
+            json=negative,
+            headers={**ADMIN, "If-Match": etag},
         ),
         422,
     )
     # Nothing of it was written.
-    assert client.get(f"{API}/cluster-queues/team-a", headers=ADMIN).headers["etag"] == etag
-    error_of(client.get(f"{API}/cluster-queues/team-c", headers=ADMIN), 404)
+    assert client.get(f"{API}/config/cluster-queues/team-a", headers=ADMIN).headers["etag"] == etag
+    error_of(client.get(f"{API}/config/cluster-queues/team-c", headers=ADMIN), 404)
 
 
 def test_every_change_is_audited_and_read_back_with_filters(client: TestClient[Any]) -> None:
-    client.post(f"{API}/flavors", json={"name": "a100"}, headers=ADMIN)
-    client.post(f"{API}/cluster-queues", json=queue("team-c"), headers=ADMIN)
+    client.post(f"{API}/config/flavors", json={"name": "a100"}, headers=ADMIN)
+    client.post(f"{API}/config/cluster-queues", json=queue("team-c"), headers=ADMIN)
     client.put(
-        f"{API}/cluster-queues/team-c",
+        f"{API}/config/cluster-queues/team-c",
         json=queue("team-c", 9),
         headers={**ADMIN, "If-Match": '"1"'},
     )
-    client.delete(f"{API}/cluster-queues/team-c", headers=ADMIN)
+    client.delete(f"{API}/config/cluster-queues/team-c", headers=ADMIN)
 
     def audit(**params: Any) -> list[dict[str, Any]]:
         response = client.get(f"{API}/audit", params=params, headers=ADMIN)
@@ -337,11 +359,11 @@ def test_tenant_admins_and_members_may_not_change_anything_nor_see_other_tenants
     for who in (tenant_admin, member):
         etag = {"If-Match": '"1"'}
         for method, path, body in (
-            ("GET", f"{API}/cluster-queues", None),
-            ("GET", f"{API}/cluster-queues/team-a", None),
-            ("PUT", f"{API}/cluster-queues/team-a", queue("team-a", 99)),
-            ("POST", f"{API}/flavors", {"name": "x"}),
-            ("DELETE", f"{API}/cohorts/x", None),
+            ("GET", f"{API}/config/cluster-queues", None),
+            ("GET", f"{API}/config/cluster-queues/team-a", None),
+            ("PUT", f"{API}/config/cluster-queues/team-a", queue("team-a", 99)),
+            ("POST", f"{API}/config/flavors", {"name": "x"}),
+            ("DELETE", f"{API}/config/cohorts/x", None),
             ("PUT", f"{API}/tenants/alpha", {"queues": ["team-a", "team-b"]}),
             ("POST", f"{API}/tenants", {"name": "x"}),
             ("POST", f"{API}/tenants/alpha/principals", {"name": "x"}),
@@ -356,29 +378,36 @@ def test_tenant_admins_and_members_may_not_change_anything_nor_see_other_tenants
 
 def test_bad_input_is_answered_4xx_json(client: TestClient[Any]) -> None:
     for cursor in ("!!!", "bm90LWEtY3Vyc29y", "YTp4"):
-        error_of(client.get(f"{API}/cluster-queues", params={"cursor": cursor}, headers=ADMIN), 400)
+        error_of(
+            client.get(f"{API}/config/cluster-queues", params={"cursor": cursor}, headers=ADMIN),
+            400,
+        )
         error_of(client.get(f"{API}/audit", params={"cursor": cursor}, headers=ADMIN), 400)
-    error_of(client.get(f"{API}/cluster-queues", params={"limit": 100000}, headers=ADMIN), 400)
+    error_of(
+        client.get(f"{API}/config/cluster-queues", params={"limit": 100000}, headers=ADMIN), 400
+    )
     error_of(
         client.get(f"{API}/audit", params={"since": "2026-01-01T00:00:00"}, headers=ADMIN), 400
     )
     huge = {"name": "team-z", "padding": "x" * (2 * 1024 * 1024)}
-    error_of(client.post(f"{API}/cluster-queues", json=huge, headers=ADMIN), 413)
-    error_of(client.post(f"{API}/cluster-queues", content=b"{not json", headers=ADMIN), 400)
-    error_of(client.post(f"{API}/cluster-queues", json=["a"], headers=ADMIN), 400)
-    error_of(client.get(f"{API}/widgets", headers=ADMIN), 400)
-    error_of(client.post(f"{API}/flavors", json={"name": "a1", "colour": 1}, headers=ADMIN), 422)
+    error_of(client.post(f"{API}/config/cluster-queues", json=huge, headers=ADMIN), 413)
+    error_of(client.post(f"{API}/config/cluster-queues", content=b"{not json", headers=ADMIN), 400)
+    error_of(client.post(f"{API}/config/cluster-queues", json=["a"], headers=ADMIN), 400)
+    error_of(client.get(f"{API}/config/widgets", headers=ADMIN), 400)
+    error_of(
+        client.post(f"{API}/config/flavors", json={"name": "a1", "colour": 1}, headers=ADMIN), 422
+    )
 
 
 def test_lists_are_paged_with_a_cursor(client: TestClient[Any]) -> None:
     for i in range(5):
-        made = client.post(f"{API}/cohorts", json={"name": f"c{i}"}, headers=ADMIN)
+        made = client.post(f"{API}/config/cohorts", json={"name": f"c{i}"}, headers=ADMIN)
         assert made.status_code == 201, made.text
     seen: list[str] = []
     cursor = None
     while True:
         params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
-        page = client.get(f"{API}/cohorts", params=params, headers=ADMIN).json()
+        page = client.get(f"{API}/config/cohorts", params=params, headers=ADMIN).json()
         assert len(page["items"]) <= 2
         seen += [c["name"] for c in page["items"]]
         cursor = page["next_cursor"]
@@ -420,6 +449,6 @@ def test_a_backend_token_variable_the_operator_does_not_allow_is_422(
     client: TestClient[Any],
 ) -> None:
     ray = {"name": "ray-x", "kind": "ray", "url": "http://127.0.0.1:8265", "token_env": "HOME"}
-    body = error_of(client.post(f"{API}/backends", json=ray, headers=ADMIN), 422)
+    body = error_of(client.post(f"{API}/config/backends", json=ray, headers=ADMIN), 422)
     assert "token_env" in body["message"] and "HOME" in body["message"]
-    error_of(client.get(f"{API}/backends/ray-x", headers=ADMIN), 404)
+    error_of(client.get(f"{API}/config/backends/ray-x", headers=ADMIN), 404)
