@@ -318,15 +318,9 @@ class ConsoleController(Controller):
         api = self._api(request, session)
         cohorts = await api.get("/api/v1/admin/cohorts", limit="500")
         queues = await api.get("/api/v1/admin/queues", limit="500")
-        if cohorts.status in (404, 405):
-            # TODO(console): nothing to draw until GET /api/v1/admin/cohorts is on main.
-            body = message(
-                "note", "The cohort tree appears once this gateway serves /api/v1/admin/cohorts."
-            )
-        elif not cohorts.ok:
+        if not cohorts.ok:
             return self._failed(request, session, cohorts, here)
-        else:
-            body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
+        body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
         return _page(session, "Cohorts", body, here)
 
     @get("/audit")
@@ -360,12 +354,6 @@ class ConsoleController(Controller):
         }
         params = {**filters, "limit": "100", **({"cursor": cursor} if cursor else {})}
         answer = await self._api(request, session).get("/api/v1/admin/audit", **params)
-        if answer.status in (404, 405):
-            # TODO(console): the audit log appears once GET /api/v1/admin/audit is on main.
-            body = message(
-                "note", "The audit log appears once this gateway serves /api/v1/admin/audit."
-            )
-            return _page(session, "Audit log", body, here)
         if not answer.ok:
             return self._failed(request, session, answer, here)
         inputs = "".join(
