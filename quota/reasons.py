@@ -82,6 +82,22 @@ class PendingReason:
     message: str
     blockers: tuple[Blocker, ...] = ()
 
+    def detail(self) -> list[dict[str, str | None]]:
+        """The blockers as data, once each, amounts as people read them: what a
+        workload's reason stores and the API shows."""
+        return [
+            {
+                "code": b.code.value,
+                "level": b.level.value,
+                "name": b.name,
+                "flavor": b.flavor,
+                "resource": b.resource,
+                "requested": format_amount(b.resource, b.requested),
+                "available": format_amount(b.resource, b.available),
+            }
+            for b in dict.fromkeys(self.blockers)
+        ]
+
 
 def blocker_for(
     queue: ResourceNode, fr: FlavorResource, amount: int, *, exceeds_max: bool = False

@@ -226,10 +226,7 @@ class ObjectController(AdminController):
         """Replace one object's spec; ``If-Match`` names the version read."""
         await authorize(services.policy, request.user, "admin.objects.write")
         expected = _required_version(if_match)
-        if "name" in data and data["name"] != name:
-            raise ApiError(
-                422, "invalid_request", "name: differs from the path's; rename is not supported"
-            )
+        _same_name(data, name)
         changed = await _put(services, request.user, PATH_KINDS[kind], name, data, expected)
         return _tagged(changed)
 
@@ -312,10 +309,7 @@ class ObjectController(AdminController):
     ) -> Response[ObjectOut]:
         await authorize(services.policy, request.user, "admin.tenants.write")
         expected = _required_version(if_match)
-        if "name" in data and data["name"] != tenant:
-            raise ApiError(
-                422, "invalid_request", "name: differs from the path's; rename is not supported"
-            )
+        _same_name(data, tenant)
         changed = await _put(services, request.user, "tenant", tenant, data, expected)
         return _tagged(changed)
 
@@ -617,3 +611,10 @@ def _decode_cursor(cursor: str | None, scope: str) -> str | None:
     if prefix != scope or not value:
         raise ApiError(400, "invalid_request", "cursor: not one this endpoint gave")
     return value
+
+
+def _same_name(data: dict[str, Any], name: str) -> None:
+    if "name" in data and data["name"] != name:
+        raise ApiError(
+            422, "invalid_request", "name: differs from the path's; rename is not supported"
+        )

@@ -24,7 +24,7 @@ from gateway.admission.state import LiveBoard
 from quota import Preemption
 from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload
-from quota.reasons import PendingReason, ReasonCode, format_amount
+from quota.reasons import PendingReason, ReasonCode
 from tenants import Database
 from tenants.models import WorkloadRow
 from tenants.models._base import utcnow
@@ -183,18 +183,7 @@ async def _closed(session: AsyncSession, row: WorkloadRow) -> None:
 async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReason) -> None:
     if reason.code is ReasonCode.QUEUED and row.reason_code == PREEMPTED:
         return  # not considered since: the preemption stays the news until it is
-    detail = [
-        {
-            "code": b.code.value,
-            "level": b.level.value,
-            "name": b.name,
-            "flavor": b.flavor,
-            "resource": b.resource,
-            "requested": format_amount(b.resource, b.requested),
-            "available": format_amount(b.resource, b.available),
-        }
-        for b in dict.fromkeys(reason.blockers)
-    ]
+    detail = reason.detail()
     if (row.reason_code, row.reason_message, row.reason_detail) == (
         reason.code.value,
         reason.message,

@@ -15,7 +15,7 @@ from quota import QuotaEngine, WorkloadError
 from quota.budgets import format_hours
 from quota.cache import ClusterQueueNode
 from quota.forecast import ASSUMPTIONS, forecast
-from quota.reasons import PendingReason, format_amount
+from quota.reasons import PendingReason
 from quota.resources import FlavorResource
 from quota.tree import available, path_to_root
 from tenants import Database
@@ -152,16 +152,5 @@ def _budget_lines(engine: QuotaEngine, queue: ClusterQueueNode, name: str) -> li
 def _reason(reason: PendingReason | None) -> Reason | None:
     if reason is None:
         return None
-    blocking = [
-        Blocking(
-            code=b.code.value,
-            level=b.level.value,
-            name=b.name,
-            resource=b.resource,
-            flavor=b.flavor,
-            requested=format_amount(b.resource, b.requested),
-            available=format_amount(b.resource, b.available),
-        )
-        for b in dict.fromkeys(reason.blockers)
-    ]
+    blocking = [msgspec.convert(b, Blocking) for b in reason.detail()]
     return Reason(reason.code.value, reason.message, blocking)
