@@ -83,12 +83,18 @@ class CohortNode(ResourceNode):
 
 
 class ClusterQueueNode(ResourceNode):
-    __slots__ = ("admitted", "budgets", "group_of", "spec")
+    __slots__ = ("admitted", "budget_resources", "budgets", "flavor_resources", "group_of", "spec")
 
     def __init__(self, spec: ClusterQueueSpec) -> None:
         super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
         self.spec = spec
         self.budgets = budgets_of(spec)  # metered resource -> budget resource
+        self.budget_resources = frozenset(self.budgets.values())
+        # flavor -> resource -> the key its quota is held under: built once, since every
+        # flavor scan would otherwise make one per flavor and resource it tries.
+        self.flavor_resources: dict[str, dict[str, FlavorResource]] = {}
+        for fr in self.quotas:
+            self.flavor_resources.setdefault(fr.flavor, {})[fr.resource] = fr
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.group_of = {
             resource: index

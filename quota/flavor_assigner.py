@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from quota.budgets import is_budget
 from quota.cache import ClusterQueueNode, CohortNode
 from quota.model import (
     BorrowWithinCohortPolicy,
@@ -29,7 +28,7 @@ from quota.model import (
 )
 from quota.reasons import Blocker, blocker_for
 from quota.resources import FlavorResource
-from quota.tree import local_available, potential_available, queue_available
+from quota.tree import available, local_available, potential_available, queue_available
 
 __all__ = [
     "Assignment",
@@ -244,8 +243,9 @@ class FlavorAssigner:
             attempted = position
             choices: dict[str, FlavorChoice] = {}
             worst = (Mode.FIT, 0)
+            keys = self.queue.flavor_resources.get(flavor.name, {})
             for resource, amount in requests.items():
-                fr = FlavorResource(flavor.name, resource)
+                fr = keys.get(resource) or FlavorResource(flavor.name, resource)
                 mode, borrow = self._fits(fr, amount + taken.get(fr, 0), blockers)
                 choices[resource] = FlavorChoice(flavor.name, mode, borrow)
                 if _preferred(worst, (mode, borrow)):
@@ -261,6 +261,8 @@ class FlavorAssigner:
 
     def _fits(self, fr: FlavorResource, amount: int, blockers: list[Blocker]) -> tuple[Mode, int]:
         queue = self.queue
+        if fr.resource in queue.budget_resources:
+            return self._fits_budget(fr, amount, blockers)
         if amount > potential_available(queue, fr):
             blockers.append(blocker_for(queue, fr, amount, exceeds_max=True))
             return Mode.NO_FIT, 0
@@ -268,11 +270,24 @@ class FlavorAssigner:
         if amount <= queue_available(queue, fr):
             return Mode.FIT, borrow
         blockers.append(blocker_for(queue, fr, amount))
-        if is_budget(fr.resource):
-            return Mode.NO_FIT, borrow  # budgets never cause preemption
         if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
             return self.simulate(fr, amount)
         return Mode.NO_FIT, borrow
+
+    def _fits_budget(
+        self, fr: FlavorResource, amount: int, blockers: list[Blocker]
+    ) -> tuple[Mode, int]:
+        """:meth:`_fits` for a budget, which never causes preemption: it fits in what is
+        left along the path, or not at all. Budgets are checked for nearly every
+        nomination and nearly always fit, so that case is answered first."""
+        queue = self.queue
+        if amount <= max(0, available(queue, fr)):
+            if queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
+                return Mode.FIT, 0  # find_borrow_level's first answer, without the call
+            return Mode.FIT, find_borrow_level(queue, fr, amount)[0]
+        exceeds_max = amount > potential_available(queue, fr)
+        blockers.append(blocker_for(queue, fr, amount, exceeds_max=exceeds_max))
+        return Mode.NO_FIT, 0
 
     def _can_preempt_while_borrowing(self) -> bool:
         policy = self.queue.spec.preemption

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.entry import Entry, Status
 from quota.fair_iterator import fair_sharing_order
@@ -137,7 +136,9 @@ class Scheduler:
                 immediate=entry.immediate,
                 sticky=entry.sticky,
                 # Refused for a budget: others alike but in what they would commit may fit.
-                alike=not any(is_budget(b.resource) for b in entry.assignment.blockers),
+                alike=not any(
+                    b.resource in entry.queue.budget_resources for b in entry.assignment.blockers
+                ),
             )
             if entry.reason is not None:
                 for name in (entry.workload.name, *alike):
@@ -217,7 +218,8 @@ class Scheduler:
     ) -> list[Target]:
         # A budget already fits wherever preemption is considered: victims are chosen
         # for the concurrent resources alone.
-        usage = {fr: v for fr, v in assignment.usage.items() if not is_budget(fr.resource)}
+        budgets = queue.budget_resources
+        usage = {fr: v for fr, v in assignment.usage.items() if fr.resource not in budgets}
         request = PreemptionRequest(workload, queue, usage, assignment.needs_preemption_in())
         return self.preemptor.targets(request)
 
@@ -367,11 +369,12 @@ def _classical_key(entry: Entry) -> tuple[int, int, float, str]:
 def _to_reserve(entry: Entry) -> dict[FlavorResource, int]:
     """Capacity a preemptor without victims holds for the rest of the cycle."""
     queue = entry.queue
+    borrowing = entry.assignment.borrowing > 0
     reserved = {}
     for fr, amount in entry.assignment.usage.items():
         quota = queue.quota(fr)
         used = queue.usage.get(fr, 0)
-        if entry.assignment.borrowing > 0:
+        if borrowing:
             limit = quota.borrowing_limit
             reserved[fr] = amount if limit is None else min(amount, quota.nominal + limit - used)
         else:

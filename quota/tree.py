@@ -22,6 +22,7 @@ __all__ = [
     "ResourceNode",
     "add_usage",
     "available",
+    "lineage",
     "local_available",
     "path_to_root",
     "potential_available",
@@ -36,6 +37,7 @@ class ResourceNode:
     """Quota and usage of one cluster queue or cohort, linked to its parent cohort."""
 
     __slots__ = (
+        "_lineage",
         "guaranteed",
         "name",
         "parent",
@@ -57,6 +59,7 @@ class ResourceNode:
         self.guaranteed: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.potential: dict[FlavorResource, int] = {}  # see potential_available
+        self._lineage: tuple[ResourceNode, ...] | None = None  # see lineage
 
     def quota(self, fr: FlavorResource) -> ResourceQuota:
         return self.quotas.get(fr, _NO_QUOTA)
@@ -68,6 +71,7 @@ class ResourceNode:
             for fr, amount in child.subtree_quota.items():
                 subtree[fr] = subtree.get(fr, 0) + amount - child.guaranteed.get(fr, 0)
         self.subtree_quota = subtree
+        self._lineage = None  # the tree is (re)linked before its quotas are set
         self.potential = {}
         self.guaranteed = {}
         for fr, amount in subtree.items():
@@ -86,6 +90,15 @@ def path_to_root(node: ResourceNode) -> list[ResourceNode]:
     return path
 
 
+def lineage(node: ResourceNode) -> tuple[ResourceNode, ...]:
+    """The root first, down to the node. Kept on the node: every fit check walks it,
+    and a tree's shape is fixed once its quotas are set."""
+    kept = node._lineage
+    if kept is None:
+        kept = node._lineage = tuple(reversed(path_to_root(node)))
+    return kept
+
+
 def local_available(node: ResourceNode, fr: FlavorResource) -> int:
     """Free quota the node keeps to itself (its guaranteed part), never negative."""
     return max(0, node.guaranteed.get(fr, 0) - node.usage.get(fr, 0))
@@ -99,20 +112,19 @@ def queue_available(node: ResourceNode, fr: FlavorResource) -> int:
 def available(node: ResourceNode, fr: FlavorResource) -> int:
     """What a workload in ``node`` may still take: local free quota plus what the
     ancestors can give, each hop capped by the node's borrowing limit."""
-    path = []
-    while node.parent is not None:
-        path.append(node)
-        node = node.parent
-    total = node.subtree_quota.get(fr, 0) - node.usage.get(fr, 0)
-    for child in reversed(path):
+    chain = node._lineage or lineage(node)
+    root = chain[0]
+    total = root.subtree_quota.get(fr, 0) - root.usage.get(fr, 0)
+    for child in chain[1:]:
         usage = child.usage.get(fr, 0)
         guaranteed = child.guaranteed.get(fr, 0)
         quota = child.quotas.get(fr)
         if quota is not None and quota.borrowing_limit is not None:
             stored_in_parent = child.subtree_quota.get(fr, 0) - guaranteed
-            used_in_parent = max(0, usage - guaranteed)
+            used_in_parent = usage - guaranteed if usage > guaranteed else 0
             total = min(total, stored_in_parent - used_in_parent + quota.borrowing_limit)
-        total += max(0, guaranteed - usage)
+        if guaranteed > usage:
+            total += guaranteed - usage
     return total
 
 
