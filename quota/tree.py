@@ -150,8 +150,11 @@ def potential_available(node: ResourceNode, fr: FlavorResource) -> int:
 def add_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
     """Add usage; what exceeds the node's free guaranteed part is charged to the parent."""
     while True:
-        free_local = max(0, node.guaranteed.get(fr, 0) - node.usage.get(fr, 0))
-        node.usage[fr] = node.usage.get(fr, 0) + amount
+        used = node.usage.get(fr, 0)
+        free_local = node.guaranteed.get(fr, 0) - used
+        if free_local < 0:
+            free_local = 0
+        node.usage[fr] = used + amount
         parent = node.parent
         if parent is None or amount <= free_local:
             return
@@ -162,8 +165,9 @@ def add_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
 def remove_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
     """Undo :func:`add_usage`: release from the parent what was stored there."""
     while True:
-        stored_in_parent = node.usage.get(fr, 0) - node.guaranteed.get(fr, 0)
-        node.usage[fr] = node.usage.get(fr, 0) - amount
+        used = node.usage.get(fr, 0)
+        stored_in_parent = used - node.guaranteed.get(fr, 0)
+        node.usage[fr] = used - amount
         parent = node.parent
         if parent is None or stored_in_parent <= 0:
             return
