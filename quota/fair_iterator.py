@@ -95,4 +95,4 @@ class _Tournament:
         if versus != 0:
             return versus < 0
         wa, wb = a.workload, b.workload
-        return (-wa.priority, wa.created, wa.name) < (-wb.priority, wb.created, wb.name)
+        return (-wa.priority, wa.order_time, wa.name) < (-wb.priority, wb.order_time, wb.name)

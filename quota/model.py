@@ -172,6 +172,16 @@ class Workload:
     priority: int = 0
     created: float = 0.0
     max_runtime: Fraction | None = None  # seconds; what a GPU-hour budget commits
+    # When it was last preempted and put back in its queue. Kueue orders an evicted
+    # workload by its eviction time, not its creation: ordered by creation, a victim
+    # comes back ahead of its preemptor, takes the room it freed, and is preempted
+    # again, for ever.
+    queued: float | None = None
+
+    @property
+    def order_time(self) -> float:
+        """Kueue's queue-order timestamp: the last eviction, else the creation."""
+        return self.created if self.queued is None else self.queued
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Pending workloads, one ordered queue per cluster queue (Kueue's ``pkg/cache/queue``).
 
-Order inside a queue: higher priority first, then earlier ``created``, then name.
+Order inside a queue: higher priority first, then earlier ``order_time`` (creation,
+or the last preemption), then name.
 A BestEffortFIFO head that does not fit is set aside as *inadmissible* so the
 next workload can be tried; it comes back when quota is released in its cohort
 tree. A StrictFIFO head stays at the front and blocks its queue.
@@ -22,7 +23,7 @@ QueueKey = tuple[int, float, str]
 
 
 def queue_key(workload: Workload) -> QueueKey:
-    return (-workload.priority, workload.created, workload.name)
+    return (-workload.priority, workload.order_time, workload.name)
 
 
 def equivalence_key(workload: Workload) -> Hashable:

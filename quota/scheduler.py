@@ -16,7 +16,7 @@ One cycle:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.entry import Entry, Status
@@ -116,7 +116,7 @@ class Scheduler:
         cycle.release_reservations()
         # 5. Requeue what was not admitted; evictions complete and free quota.
         self._requeue(entries, result)
-        self._evict(cycle, result)
+        self._evict(cycle, result, now)
         return result
 
     def _remember_scans(self, entries: list[Entry]) -> None:
@@ -144,10 +144,11 @@ class Scheduler:
                 for name in (entry.workload.name, *alike):
                     result.reasons[name] = entry.reason
 
-    def _evict(self, cycle: _Cycle, result: CycleResult) -> None:
+    def _evict(self, cycle: _Cycle, result: CycleResult, now: float) -> None:
         touched = set()
         for name, (record, preemption) in cycle.preempted.items():
             self.state.release(name)
+            record.workload = replace(record.workload, queued=now)
             self.queues.add(record.workload)
             result.preempted_records.append(record)
             result.preemptions[name] = preemption
@@ -363,7 +364,7 @@ class _Cycle:
 def _classical_key(entry: Entry) -> tuple[int, int, float, str]:
     """Less borrowing first, then higher priority, then older, then by name."""
     workload = entry.workload
-    return (entry.assignment.borrowing, -workload.priority, workload.created, workload.name)
+    return (entry.assignment.borrowing, -workload.priority, workload.order_time, workload.name)
 
 
 def _to_reserve(entry: Entry) -> dict[FlavorResource, int]:

@@ -58,7 +58,9 @@ def satisfies_policy(preemptor: Workload, candidate: Workload, policy: str) -> b
     if policy == "LowerPriority":
         return lower
     if policy == "LowerOrNewerEqualPriority":
-        newer = candidate.priority == preemptor.priority and preemptor.created < candidate.created
+        newer = (
+            candidate.priority == preemptor.priority and preemptor.order_time < candidate.order_time
+        )
         return lower or newer
     return policy == "Any"
 

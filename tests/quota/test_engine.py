@@ -20,7 +20,7 @@ from quota import (
     WorkloadError,
     parse_quota_config,
 )
-from quota.model import WithinClusterQueue
+from quota.model import ReclaimWithinCohort, WithinClusterQueue
 from quota.reasons import BlockerLevel
 
 GPU = "nvidia.com/gpu"
@@ -171,3 +171,26 @@ def test_the_public_api_is_what_it_says() -> None:
 
     assert sorted(quota.__all__) == quota.__all__
     assert all(hasattr(quota, name) for name in quota.__all__)
+
+
+def test_a_preempted_workload_queues_behind_those_waiting_since_before_its_eviction() -> None:
+    # Kueue orders an evicted workload by its eviction time: were it ordered by its
+    # creation, the victim would come back ahead of workloads that waited while it ran.
+    reclaim = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY)
+    e = engine(
+        gpu_queue("lender", 4, cohort="org", preemption=reclaim),
+        gpu_queue("borrower", 0, cohort="org"),
+    )
+    e.add(job("early", "borrower", 4, created=1))
+    e.schedule()
+    assert set(e.admitted) == {"early"}
+    e.add(job("later", "borrower", 4, created=2))
+    e.add(job("owner", "lender", 4, created=3))
+    e.schedule()
+    assert set(e.admitted) == {"owner"}
+    assert e.preemption("early") is not None
+    pending = {w.name: w for w in e.pending()}
+    assert pending["early"].order_time > pending["later"].order_time
+    e.finish("owner")
+    e.schedule()
+    assert set(e.admitted) == {"later"}
