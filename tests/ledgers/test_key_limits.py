@@ -4,11 +4,15 @@ gives back to the key too; each key is capped on its own. Both ledgers answer al
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from gateway.ledgers import Grant, KeyCharge, Ledger, Refusal
+from gateway.ledgers import Grant, KeyCharge, KeySpend, Ledger, Refusal, Spent
 from tests.ledgers.configs import MIDNIGHT, POOL, RPM, T0, TPD, TPM, team
 from tests.ledgers.conftest import MakeLedger
+from tests.ledgers.test_leases import LEASE, two_gateways
+from tests.ledgers.test_rebuild import ledgers
 
 
 def key(name: str, tokens: int, tpm: int | None = 300, tpd: int | None = None) -> KeyCharge:
@@ -148,3 +152,61 @@ async def test_a_key_charge_the_ledger_cannot_count_is_refused(make_ledger: Make
     ):
         with pytest.raises(ValueError):
             await ledger.reserve("a", POOL, {TPM: 1}, now=T0, key=bad)
+
+
+# -- the shared ledger: a dead gateway's calls, and a Redis that lost its state ------------
+
+
+async def test_a_dead_gateways_call_is_settled_at_its_key_too(redis_url: str) -> None:
+    async with two_gateways(redis_url) as (dead, alive, _):
+        charge = key("k1", 800, tpm=1000, tpd=2000)
+        orphan = await dead.reserve("a", POOL, {TPM: 800}, now=T0, note="{}", key=charge)
+        assert isinstance(orphan, Grant)
+        await asyncio.sleep(LEASE * 2)
+        await alive.renew_lease(LEASE)
+        [reclaimed] = await alive.reclaim()
+        assert reclaimed.key_amounts == {TPM: 800, TPD: 800}
+        assert await alive.settle_orphan(reclaimed, 120, now=T0 + 1)
+        assert await alive.key_usage("k1", TPM, now=T0 + 1) == 120
+        assert await alive.key_usage("k1", TPD, now=T0 + 1) == 120
+        assert await alive.usage("a", POOL, TPM, now=T0 + 1) == 120
+
+
+async def test_a_lost_redis_is_rebuilt_with_the_keys_spend(redis_url: str) -> None:
+    async with ledgers(redis_url) as ([ledger], account, lose):
+        account.spent = Spent(
+            T0,
+            keys={
+                "k1": KeySpend(day=900, recent=250, last_at=T0 - 10),
+                "k2": KeySpend(day=0, recent=0, last_at=0.0),
+            },
+        )
+        await ledger.update_config(team(), now=T0)
+        assert await ledger.key_usage("k1", TPD, now=T0) == 900
+        assert await ledger.key_usage("k1", TPM, now=T0) == 250
+        refused = await refusal(ledger, "a", 60, key("k1", 60, tpm=300), at=1)
+        assert (refused.level, refused.resource, refused.available) == ("Key", TPM, 50)
+        refused = await refusal(ledger, "a", 60, key("k1", 60, tpm=None, tpd=950), at=1)
+        assert (refused.level, refused.resource) == ("Key", TPD)
+        await grant(ledger, "a", 300, key("k2", 300), at=1)
+        # the last minute's spend stops counting a minute after its latest call
+        assert await ledger.key_usage("k1", TPM, now=T0 + 50) == 0
+        # lost again: the keys' levels are what the records say, not counted twice
+        await lose()
+        account.spent = Spent(T0 + 60, keys={"k1": KeySpend(day=1000, recent=0, last_at=0.0)})
+        await grant(ledger, "a", 10, None, at=60)  # rebuilt on the first call
+        assert await ledger.key_usage("k1", TPD, now=T0 + 60) == 1000
+        assert await ledger.key_usage("k2", TPM, now=T0 + 60) == 0
+
+
+async def test_a_restarted_in_process_ledger_restores_the_keys_day(make_ledger: MakeLedger) -> None:
+    ledger = make_ledger(team())
+    await ledger.restore_budgets({}, measured_at=T0, now=T0, keys={"k1": 90})
+    if ledger.durable:
+        assert await ledger.key_usage("k1", TPD, now=T0) == 0  # Redis keeps its own
+        return
+    assert await ledger.key_usage("k1", TPD, now=T0) == 90
+    await ledger.restore_budgets({}, measured_at=T0, now=T0 + 1, keys={"k1": 95})
+    assert await ledger.key_usage("k1", TPD, now=T0 + 1) == 95  # replaced, not added
+    refused = await refusal(ledger, "a", 10, key("k1", 10, tpm=None, tpd=100), at=2)
+    assert (refused.level, refused.available) == ("Key", 5)
