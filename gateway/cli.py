@@ -158,6 +158,7 @@ CLI_ACTOR = "ignara keys (cli)"
 _DURATION = re.compile(r"(\d+)([smhd]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_EXPIRY, MAX_EXPIRY = 60, 2 * 365 * 86400  # as the admin API allows
+MAX_KEY_LIMIT = 10**12  # tokens, as the admin API allows (tenants' MAX_KEY_LIMIT)
 
 
 @main.group()
@@ -223,6 +224,18 @@ def _run_on_database(work: Callable[[Any], Awaitable[T]]) -> T:
 @click.option(
     "--expires-in", callback=_expires_in, default=None, help="e.g. 90m, 12h, 30d (default: never)."
 )
+@click.option(
+    "--tokens-per-minute",
+    type=click.IntRange(1, MAX_KEY_LIMIT),
+    default=None,
+    help="The key's own rate, below its queue's (default: the queue's alone).",
+)
+@click.option(
+    "--tokens-per-day",
+    type=click.IntRange(1, MAX_KEY_LIMIT),
+    default=None,
+    help="The key's own day budget, below its queue's (default: the queue's alone).",
+)
 def create_key(
     tenant: str | None,
     platform: bool,
@@ -230,12 +243,16 @@ def create_key(
     role: str | None,
     scopes: tuple[str, ...],
     expires_in: int | None,
+    tokens_per_minute: int | None,
+    tokens_per_day: int | None,
 ) -> None:
     """Issue a key; its token goes to stdout, once (everything else to stderr).
 
     \b
     ignara keys create --admin --principal alice          a platform admin key
     ignara keys create --tenant vision --principal ci     a member key of tenant vision
+    ignara keys create --tenant vision --principal ci --tokens-per-minute 20000
+                                                          one that spends at most that
     """
     from datetime import timedelta
 
@@ -267,13 +284,14 @@ def create_key(
             scopes=list(scopes) if scopes else None,  # all the role allows
             expires_at=expires_at,
             actor=CLI_ACTOR,
+            limits=_limits(tokens_per_minute, tokens_per_day),
         )
 
     key, token = _run_on_database(create)
     owner = "the platform" if key.tenant is None else f"tenant {key.tenant}"
     click.echo(
         f"key {key.key_id} of {owner} for {principal}: roles {', '.join(key.roles)}; "
-        f"scopes {', '.join(key.scopes)}; "
+        f"scopes {', '.join(key.scopes)}; limits {_limits_text(key)}; "
         f"expires {key.expires_at.isoformat() if key.expires_at else 'never'}. "
         "The token below is shown only now:",
         err=True,
@@ -286,8 +304,8 @@ def create_key(
 @click.option("--admin", "platform", is_flag=True, help="List the platform keys instead.")
 def list_keys(tenant: str | None, platform: bool) -> None:
     """One line per key (never a secret): id, principal, roles, scopes, created,
-    expires, revoked, last used, calls and tokens of the last 30 days, and its flags
-    (idle, anomalous, or -)."""
+    expires, revoked, its own limits (tokens-per-minute=N,tokens-per-day=N, or -), last
+    used, calls and tokens of the last 30 days, and its flags (idle, anomalous, or -)."""
     from gateway.admin.key_activity import keys_out
     from tenants.services.api_keys import list_api_keys
 
@@ -314,6 +332,7 @@ def list_keys(tenant: str | None, platform: bool) -> None:
                         key.created_at.isoformat(),
                         key.expires_at.isoformat() if key.expires_at else "-",
                         key.revoked_at.isoformat() if key.revoked_at else "-",
+                        _limits_text(key),
                         key.last_used_at.isoformat() if key.last_used_at else "-",
                         str(seen.calls_30d),
                         str(seen.tokens_30d),
@@ -325,6 +344,70 @@ def list_keys(tenant: str | None, platform: bool) -> None:
 
     for line in _run_on_database(listing):
         click.echo(line)
+
+
+def _limit_or_none(_: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """A limit to set (a number), to lift ("none"), or to leave (not given)."""
+    if value is None:
+        return _UNCHANGED
+    if value.strip().lower() == "none":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_KEY_LIMIT:
+        raise click.BadParameter(f"a whole number from 1 to {MAX_KEY_LIMIT}, or none")
+    return number
+
+
+_UNCHANGED = object()
+
+
+def _limits(tokens_per_minute: int | None, tokens_per_day: int | None) -> dict[str, int | None]:
+    asked = {"tokens-per-minute": tokens_per_minute, "tokens-per-day": tokens_per_day}
+    return {name: value for name, value in asked.items() if value is not None}
+
+
+def _limits_text(key: Any) -> str:
+    from tenants.services.api_keys import key_limits_of
+
+    limits = key_limits_of(key)
+    return ",".join(f"{name}={value}" for name, value in limits.items()) or "-"
+
+
+@keys.command("limit")
+@click.argument("key_id")
+@click.option(
+    "--tokens-per-minute",
+    callback=_limit_or_none,
+    default=None,
+    help="The key's own rate (a number), or none to lift it; not given: unchanged.",
+)
+@click.option(
+    "--tokens-per-day",
+    callback=_limit_or_none,
+    default=None,
+    help="The key's own day budget (a number), or none to lift it; not given: unchanged.",
+)
+def limit_key(key_id: str, tokens_per_minute: Any, tokens_per_day: Any) -> None:
+    """Set or lift a key's own token limits (of any tenant, or a platform key)."""
+    from tenants import NotFoundError
+    from tenants.services.api_keys import find_api_key, set_api_key_limits
+
+    asked = {"tokens-per-minute": tokens_per_minute, "tokens-per-day": tokens_per_day}
+    limits = {name: value for name, value in asked.items() if value is not _UNCHANGED}
+    if not limits:
+        raise click.UsageError("give --tokens-per-minute or --tokens-per-day (N, or none)")
+
+    async def change(session: Any) -> str:
+        found = await find_api_key(session, key_id)
+        if found is None:
+            raise NotFoundError(f"API key {key_id!r} not found")
+        key = await set_api_key_limits(session, found[0].tenant, key_id, limits, actor=CLI_ACTOR)
+        return f"key {key_id}: limits {_limits_text(key)}"
+
+    click.echo(_run_on_database(change), err=True)
 
 
 @keys.command("revoke")

@@ -221,7 +221,7 @@ class Services:
             if self.spent_before_start is not None:
                 spent = self.spent_before_start
                 await self.inference.ledger.restore_budgets(
-                    spent.spent, measured_at=spent.measured_at
+                    spent.spent, measured_at=spent.measured_at, keys=spent.key_days
                 )
         except LedgerUnavailableError as err:
             # The config is stored and served; the shared ledger learns it when it is

@@ -1,8 +1,9 @@
 """`/api/v1/admin`: tenants, API keys and the declarative quota config. Every change
 is audited by the services; these handlers only check who may ask.
 
-Keys are immutable: a key's roles and scopes are fixed when it is issued; to change
-them, issue a new key and revoke the old one."""
+A key's roles and scopes are fixed when it is issued; to change them, issue a new key
+and revoke the old one. Its own token limits (``limits``: ``tokens-per-minute``,
+``tokens-per-day``) are set when it is issued and changed by whoever may revoke it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, Parameter
 from msgspec import Meta
@@ -39,10 +40,13 @@ from tenants.services.access import (
     key_scopes,
 )
 from tenants.services.api_keys import (
+    check_key_limits,
     find_api_key,
     get_api_key,
+    key_limits_of,
     list_api_keys,
     revoke_api_key,
+    set_api_key_limits,
 )
 
 __all__ = ["AdminController"]
@@ -55,6 +59,19 @@ ExpiresIn = Annotated[int, Meta(ge=60, le=2 * 365 * 86400)]
 GraceSeconds = Annotated[int, Meta(ge=0, le=int(MAX_ROTATION_GRACE.total_seconds()))]
 
 
+# ``{"tokens-per-minute": N, "tokens-per-day": N}``, each a whole number of tokens from 1
+# to a trillion (null lifts it); checked by tenants' check_key_limits, so anything else
+# is a 422 naming the field.
+KeyLimits = Annotated[
+    Any,
+    Meta(
+        description="The key's own token limits, below its queue's: tokens-per-minute "
+        "and tokens-per-day (1 to 10^12; null lifts one)",
+        examples=[{"tokens-per-minute": 20000, "tokens-per-day": 1000000}],
+    ),
+]
+
+
 class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     """A tenant's key. ``scopes`` omitted: every scope the roles allow (and the
     issuer's own key holds); an empty list is refused."""
@@ -65,6 +82,7 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     )
     scopes: Scopes | None = None
     expires_in_seconds: ExpiresIn | None = None
+    limits: KeyLimits = None
 
 
 class PlatformKeyIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,6 +91,13 @@ class PlatformKeyIn(msgspec.Struct, forbid_unknown_fields=True):
     principal: PrincipalName
     scopes: Scopes | None = None
     expires_in_seconds: ExpiresIn | None = None
+    limits: KeyLimits = None
+
+
+class KeyLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Limits to set (a number) or lift (null); those not named stay."""
+
+    limits: KeyLimits
 
 
 class RotateIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,6 +120,7 @@ class KeyOut(msgspec.Struct):
     revoked_reason: str | None = None  # e.g. expired by the tenant's idle-key policy
     rotated_at: datetime | None = None
     previous_valid_until: datetime | None = None  # the replaced secret works until then
+    limits: dict[str, int] = msgspec.field(default_factory=dict)  # its own token limits
     activity: KeyActivityOut | None = None  # in listings: recent use, idle, anomalous
     token: str | None = None  # shown once, at creation and rotation
 
@@ -234,6 +260,63 @@ class AdminController(Controller):
             records = await list_api_keys(session, tenant)
             return await _listed(session, records, services.settings.auth)
 
+    @get(
+        "/tenants/{tenant:str}/keys/{key_id:str}",
+        operation_id="GetApiKey",
+        responses=errors(404),
+    )
+    async def get_key(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        key_id: KeyId,
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        await authorize(services.policy, request.user, "keys.list", tenant)
+        async with services.database.session() as session:
+            key, principal = await get_api_key(session, tenant, key_id)
+        return _key_out(key, principal)
+
+    @patch(
+        "/tenants/{tenant:str}/keys/{key_id:str}",
+        operation_id="UpdateApiKeyLimits",
+        summary="Set or lift a tenant's key's own token limits.",
+        responses=errors(404, 409, 422),
+    )
+    async def update_key(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        key_id: KeyId,
+        data: JSONBody[KeyLimitsIn],
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        """Who may revoke a key may change its limits: a tenant admin its tenant's member
+        keys (so no key raises its own), a platform admin any."""
+        await authorize(services.policy, request.user, "keys.revoke", tenant, roles=[MEMBER])
+        limits = check_key_limits(data.limits)
+        return await _limit(services, request.user, tenant, key_id, limits, platform=False)
+
+    @patch(
+        "/keys/{key_id:str}",
+        operation_id="UpdateAnyApiKeyLimits",
+        summary="Set or lift any key's own token limits (platform admin).",
+        responses=errors(404, 409, 422),
+    )
+    async def update_any_key(
+        self,
+        request: Request[Identity, Any, Any],
+        key_id: KeyId,
+        data: JSONBody[KeyLimitsIn],
+        services: NamedDependency[Services],
+    ) -> KeyOut:
+        await authorize(services.policy, request.user, "admin.keys.revoke", roles=[ADMIN])
+        limits = check_key_limits(data.limits)
+        async with services.database.session() as session:
+            found = await find_api_key(session, key_id)
+        tenant = None if found is None else found[0].tenant
+        return await _limit(services, request.user, tenant, key_id, limits, platform=True)
+
     @delete(
         "/tenants/{tenant:str}/keys/{key_id:str}",
         operation_id="RevokeApiKey",
@@ -346,6 +429,7 @@ async def _issue(
     data: KeyIn | PlatformKeyIn,
 ) -> KeyOut:
     platform = tenant is None
+    limits = check_key_limits(data.limits)  # a 422 naming the field
     expires = (
         utcnow() + timedelta(seconds=data.expires_in_seconds) if data.expires_in_seconds else None
     )
@@ -366,9 +450,31 @@ async def _issue(
             scopes=scopes,
             expires_at=expires,
             actor=identity.principal,
+            limits=limits,
         )
         out = _key_out(key, principal)
     out.token = token
+    return out
+
+
+async def _limit(
+    services: Services,
+    identity: Identity,
+    tenant: str | None,
+    key_id: str,
+    limits: dict[str, int | None],
+    *,
+    platform: bool,
+) -> KeyOut:
+    """Change one key's limits once the policy allows the caller to revoke a key with
+    its roles; in one transaction, so the roles checked are the roles of the key changed."""
+    async with services.database.session() as session:
+        key, principal = await get_api_key(session, tenant, key_id)
+        action = "admin.keys.revoke" if platform else "keys.revoke"
+        await authorize(services.policy, identity, action, tenant, roles=list(key.roles))
+        key = await set_api_key_limits(session, tenant, key_id, limits, actor=identity.principal)
+        out = _key_out(key, principal)
+    services.api_keys.invalidate(key_id)  # this replica applies them at once
     return out
 
 
@@ -441,4 +547,5 @@ def _key_out(key: ApiKey, principal: Principal | str) -> KeyOut:
         revoked_reason=key.revoked_reason,
         rotated_at=key.rotated_at,
         previous_valid_until=key.previous_valid_until,
+        limits=key_limits_of(key),
     )

@@ -170,6 +170,7 @@ class Authenticator:
             scopes=stored.scopes,
             via="api-key",
             key_id=stored.key_id,
+            key_limits=stored.limits,
         )
 
 

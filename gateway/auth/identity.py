@@ -32,6 +32,8 @@ class Identity:
     scopes: frozenset[str] = frozenset()
     via: AuthMethod
     key_id: str | None = field(default=None, compare=False)
+    # The API key's own token limits (resource -> tokens), a level below its queue.
+    key_limits: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def has_role(self, role: str) -> bool:
         return role in self.roles

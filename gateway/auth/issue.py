@@ -3,7 +3,7 @@ way keys are made, by the admin API and by ``ignara keys create`` alike."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -27,6 +27,7 @@ async def issue_api_key(
     scopes: Sequence[str] | None,
     expires_at: datetime | None,
     actor: str,
+    limits: Mapping[str, int | None] | None = None,
 ) -> tuple[ApiKey, str]:
     """Store a new key of ``tenant`` (``None``: a platform key) in the caller's
     transaction; returns it and its token, which exists nowhere else. Raises as
@@ -42,6 +43,7 @@ async def issue_api_key(
         secret_hash=hash_secret(generated.secret, pepper),
         expires_at=expires_at,
         actor=actor,
+        limits=limits,
     )
     return key, generated.token
 

@@ -147,6 +147,8 @@ class StoredKey:
     # After a rotation: the replaced secret's hash, accepted until previous_valid_until.
     previous_secret_hash: str | None = field(default=None, repr=False)
     previous_valid_until: datetime | None = None
+    # The key's own token limits (resource -> tokens), below its queue's; empty: none.
+    limits: tuple[tuple[str, int], ...] = ()
 
 
 class ApiKeyStore(Protocol):

@@ -12,7 +12,7 @@ from gateway.auth.identity import ANY_TENANT
 from gateway.auth.keys import ApiKeyStore, StoredKey
 from gateway.outages import DATABASE_ERRORS, Outage, database_unavailable
 from tenants import Database
-from tenants.services.api_keys import find_api_key, touch_api_key
+from tenants.services.api_keys import find_api_key, key_limits_of, touch_api_key
 
 __all__ = ["CachedApiKeyStore", "SqlApiKeyStore"]
 
@@ -39,6 +39,7 @@ class SqlApiKeyStore:
             revoked_at=key.revoked_at or principal.disabled_at,
             previous_secret_hash=key.previous_secret_hash,
             previous_valid_until=key.previous_valid_until,
+            limits=tuple(key_limits_of(key).items()),
         )
 
     async def touch(self, key_id: str, when: datetime) -> None:

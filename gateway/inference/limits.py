@@ -1,16 +1,18 @@
 """Calls refused before they reach the quota, with a 400 that says what to change:
-one larger than a call may be (``inference.max_call_tokens``), and one that needs
-more than its queue could ever be given (its nominal quota plus what it may borrow),
-which no retry or wait would ever admit."""
+one larger than a call may be (``inference.max_call_tokens``), one that needs more
+than its queue could ever be given (its nominal quota plus what it may borrow), and
+one that needs more than its API key's own limit, which no retry or wait would ever
+admit."""
 
 from __future__ import annotations
 
+from gateway.auth import Identity
 from gateway.inference.calls import Call, CallKind
 from gateway.inference.problems import InferenceError
 from gateway.inference.ratelimits import REQUESTS, QueueQuota, amounts_for
 from tenants.config_file import InferenceDoc
 
-__all__ = ["check_call_size", "check_fits"]
+__all__ = ["check_call_size", "check_fits", "check_key_fits"]
 
 
 def check_call_size(call: Call, settings: InferenceDoc) -> None:
@@ -56,6 +58,26 @@ def check_fits(call: Call, quota: QueueQuota, settings: InferenceDoc) -> None:
                 "resource": resource,
                 "limit": limit,
                 "estimate": amount,
+            },
+        )
+
+
+def check_key_fits(call: Call, identity: Identity, settings: InferenceDoc) -> None:
+    for resource, limit in identity.key_limits:
+        if call.estimate <= limit:
+            continue
+        raise InferenceError(
+            400,
+            "invalid_request_error",
+            f"This call needs about {call.estimate} tokens ({_breakdown(call)}), more than "
+            f"API key {identity.key_id!r} may ever hold: its own {resource} limit is {limit}. "
+            f"{_advice(call, settings)}",
+            code="exceeds_key_limit",
+            detail={
+                "key": identity.key_id,
+                "resource": resource,
+                "limit": limit,
+                "estimate": call.estimate,
             },
         )
 

@@ -13,6 +13,10 @@ tokens headers describe and ``x-ignara-ratelimit-nominal-*`` give the queue's ow
 nominal quota. ``x-ratelimit-reset-*`` is, after a grant, when everything reserved
 so far has gone (the window, or the budget's period end); on a refusal, when this
 call's amount will fit if nothing else is reserved meanwhile (``Retry-After``).
+
+A call refused by its API key's own limit (:func:`key_refusal`) is told so apart:
+code ``key_limit_exceeded``, level ``Key``, and headers that describe the key
+(``x-ignara-ratelimit-scope: api-key <id>``), not its queue.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gateway.ledgers import Grant, Ledger, Refusal
+from gateway.inference.problems import InferenceError
+from gateway.ledgers import Grant, KeyCharge, Ledger, Refusal
 
 __all__ = [
     "INFERENCE_RESOURCES",
     "QueueQuota",
     "amounts_for",
     "format_reset",
+    "key_refusal",
     "refusal_message",
 ]
 
@@ -104,6 +110,45 @@ def refusal_message(queue: str, refusal: Refusal) -> str:
         f"Rate limit reached: {refusal.resource} of flavor {refusal.flavor!r} in {where} "
         f"{refusal.name!r} (queue {queue!r}): requested {refusal.requested}, "
         f"available {max(0, refusal.available)}. Retry after {math.ceil(refusal.retry_after)}s."
+    )
+
+
+def key_refusal(queue: str, key: KeyCharge, refusal: Refusal) -> InferenceError:
+    """The 429 of a call its API key's own limit refused (its queue had room, or would
+    have it sooner): nothing was taken from the queue."""
+    limit = key.limits[refusal.resource]
+    available = max(0, refusal.available)
+    wait = max(1, math.ceil(refusal.retry_after))
+    message = (
+        f"Rate limit reached for API key {key.key!r}: its own {refusal.resource} limit of "
+        f"{limit} (below queue {queue!r}): requested {refusal.requested}, available "
+        f"{available}. Retry after {wait}s."
+    )
+    return InferenceError(
+        429,
+        "tokens",
+        message,
+        code="key_limit_exceeded",
+        headers={
+            SCOPE_HEADER: f"api-key {key.key}",
+            "x-ignara-ratelimit-tokens-resource": refusal.resource,
+            "retry-after": str(wait),
+            "x-ratelimit-limit-tokens": str(limit),
+            "x-ratelimit-remaining-tokens": str(refusal.remaining.get(refusal.resource, 0)),
+            "x-ratelimit-reset-tokens": format_reset(refusal.retry_after),
+        },
+        detail={
+            "level": refusal.level,
+            "name": key.key,
+            "key": key.key,
+            "queue": queue,
+            "flavor": refusal.flavor,
+            "resource": refusal.resource,
+            "limit": limit,
+            "requested": refusal.requested,
+            "available": available,
+            "retry_after_seconds": round(refusal.retry_after, 3),
+        },
     )
 
 

@@ -40,18 +40,25 @@ from gateway.inference.calls import Call, CallKind, estimate_text_tokens, parse_
 from gateway.inference.catalog import Catalog
 from gateway.inference.errors import UpstreamError
 from gateway.inference.estimates import InputCorrections, reserved_tokens
-from gateway.inference.limits import check_call_size, check_fits
+from gateway.inference.limits import check_call_size, check_fits, check_key_fits
 from gateway.inference.overrun import OutputMeter
 from gateway.inference.problems import InferenceError
-from gateway.inference.ratelimits import REQUESTS, QueueQuota, amounts_for, refusal_message
+from gateway.inference.ratelimits import (
+    REQUESTS,
+    QueueQuota,
+    amounts_for,
+    key_refusal,
+    refusal_message,
+)
 from gateway.inference.registry import ModelRoute
 from gateway.inference.sse import StreamAccountant, error_event
 from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
 from gateway.inference.waiting import WaitLine
-from gateway.ledgers import Grant, Ledger, LedgerUnavailableError, Refusal
+from gateway.ledgers import Grant, KeyCharge, Ledger, LedgerUnavailableError, Refusal
 from gateway.outages import Outage
 from gateway.policy import Decision, PolicyEngine
 from gateway.usage import UsageRecord, UsageRecorder
+from quota.ledger import KEY_LEVEL
 
 __all__ = ["Answer", "InferenceService", "StreamAnswer"]
 
@@ -180,9 +187,12 @@ class InferenceService:
         check_call_size(call, catalog.settings)
         route, quota = await self._place(catalog, identity, call, headers)  # 3
         check_fits(call, quota, catalog.settings)
+        if identity.key_limits:
+            check_key_fits(call, identity, catalog.settings)
         prompt = self.corrections.reserved_prompt(call, quota.queue)
         note = _note(identity, call, prompt)
-        grant = await self._reserve(catalog, quota, call, prompt, priority, note)  # 4
+        key = _key_limits(identity)
+        grant = await self._reserve(catalog, quota, call, prompt, priority, note, key)  # 4
         context = _Context(identity, call, route, quota, grant, started, prompt)
         try:
             return await self._forward(context, kind, _forwarded(headers))  # 5, 6
@@ -318,14 +328,20 @@ class InferenceService:
         prompt: int,
         priority: int,
         note: str | None = None,
+        key_limits: tuple[str, dict[str, int]] | None = None,
     ) -> Grant:
         queue, flavor = quota.queue, quota.flavor
         limits = (limit for resource, limit in quota.limits.items() if resource != REQUESTS)
-        amounts = amounts_for(quota.resources, reserved_tokens(call, prompt, limits))
+        tokens = reserved_tokens(call, prompt, limits)
+        amounts = amounts_for(quota.resources, tokens)
         max_wait = catalog.max_wait.get(queue)
+        key = None
+        if key_limits is not None:  # the same tokens at the key's own level
+            key_id, cap = key_limits
+            key = KeyCharge(key_id, cap, dict.fromkeys(cap, tokens))
 
         def attempt() -> Awaitable[Grant | Refusal]:
-            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note)
+            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note, key=key)
 
         began = self.ledger_outage.now()
         try:
@@ -333,7 +349,12 @@ class InferenceService:
                 result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
             else:
                 result = await attempt()
-                if isinstance(result, Refusal) and max_wait is not None:
+                # A key's own limit is not waited for in its queue's line (waiting.py).
+                if (
+                    isinstance(result, Refusal)
+                    and max_wait is not None
+                    and result.level != KEY_LEVEL
+                ):
                     result = await self.waiting.wait(queue, flavor, priority, max_wait, attempt)
         except LedgerUnavailableError as err:
             # Fail closed: without the shared ledger no quota can be checked.
@@ -346,6 +367,8 @@ class InferenceService:
                 headers={"retry-after": "1"},
             ) from None
         self.ledger_outage.recovered(began)
+        if isinstance(result, Refusal) and result.level == KEY_LEVEL and key is not None:
+            raise key_refusal(queue, key, result)
         if isinstance(result, Refusal):
             raise InferenceError(
                 429,
@@ -481,7 +504,8 @@ class InferenceService:
     async def _settle(self, context: _Context, outcome: _Outcome) -> None:
         grant = context.grant
         used = outcome.prompt + outcome.completion
-        await self._settle_retrying(grant, amounts_for(grant.amounts, used))
+        resources = grant.resources if grant.key_amounts else grant.amounts
+        await self._settle_retrying(grant, amounts_for(resources, used))
         if used < context.prompt + context.call.completion_tokens:
             self.waiting.notify(context.queue, grant.flavor)
         if outcome.reported:
@@ -493,7 +517,7 @@ class InferenceService:
 
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
         """The call produced nothing: the whole reservation goes back."""
-        nothing = dict.fromkeys(context.grant.amounts, 0)
+        nothing = dict.fromkeys(context.grant.resources, 0)
         if not await self._reconcile(context.grant, nothing):
             self._background(self._settle_retrying(context.grant, nothing))
         self.waiting.notify(context.queue, context.grant.flavor)
@@ -544,6 +568,14 @@ class InferenceService:
                 reservation=context.grant.id,
             )
         )
+
+
+def _key_limits(identity: Identity) -> tuple[str, dict[str, int]] | None:
+    """The caller's API key and its own limits (None: it has none, and the ledger does
+    no more than for the queue alone)."""
+    if not identity.key_limits or identity.key_id is None:
+        return None
+    return identity.key_id, dict(identity.key_limits)
 
 
 def _reported_usage(usage: Any) -> tuple[int, int] | None:

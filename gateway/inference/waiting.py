@@ -4,7 +4,9 @@ Per (queue, flavor) one heap of waiters: higher priority first, then first come.
 Only the head asks the ledger again: when told that something was given back in
 this process, or when the refusal's ``retry_after`` has passed (capacity freed by
 another replica or by a rate window), checked at least every ``poll`` seconds.
-A call arriving while others wait joins the line rather than overtaking it.
+A call arriving while others wait joins the line rather than overtaking it. A call
+refused by its API key's own limit leaves the line at once with that refusal: it would
+otherwise hold the head of its queue's line for what is no one else's shortage.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.ledgers import Grant, Refusal
+from quota.ledger import KEY_LEVEL
 
 __all__ = ["WaitLine"]
 
@@ -61,7 +64,7 @@ class WaitLine:
             while True:
                 if line[0] is me:
                     result = await attempt()
-                    if isinstance(result, Grant):
+                    if isinstance(result, Grant) or result.level == KEY_LEVEL:
                         return result
                     pause = min(max(result.retry_after, 0.001), self._poll)
                 else:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from gateway.ledgers.base import (
     Grant,
+    KeyCharge,
+    KeySpend,
     Ledger,
     LedgerUnavailableError,
     RecentSpend,
@@ -24,6 +26,8 @@ from quota.model import QuotaConfig
 
 __all__ = [
     "Grant",
+    "KeyCharge",
+    "KeySpend",
     "Ledger",
     "LedgerUnavailableError",
     "MemoryLedger",

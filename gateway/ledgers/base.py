@@ -20,13 +20,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from quota.ledger import BUDGET_RESOURCES, RATE_RESOURCES, Refusal
+from quota.ledger import BUDGET_RESOURCES, KEY_RESOURCES, RATE_RESOURCES, KeyCharge, Refusal
 from quota.model import QuotaConfig
 from quota.resources import MILLI
 
 __all__ = [
     "MAX_AMOUNT",
     "Grant",
+    "KeyCharge",
+    "KeySpend",
     "Ledger",
     "LedgerUnavailableError",
     "RecentSpend",
@@ -37,7 +39,9 @@ __all__ = [
     "UnknownQueueError",
     "check_actual",
     "check_amounts",
+    "check_key",
     "clock",
+    "key_in_milli",
     "to_milli",
     "to_units",
 ]
@@ -81,6 +85,14 @@ class Grant:
     # The ledger (gateway process) that made it: a settle must come from it, so a
     # grant of another process (or of before a Redis restart) never settles this one.
     owner: str = ""
+    # What it holds at its API key's own level, per resource (empty: the key has no
+    # limits); settled with the same ``actual`` as the queue's resources of that name.
+    key_amounts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def resources(self) -> set[str]:
+        """Every resource the grant holds, at the queue's level or the key's."""
+        return {*self.amounts, *self.key_amounts}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +107,19 @@ class Reclaimed:
     note: str  # what the gateway noted of the call at its reservation
     checkpoint: int | None  # the tokens it last said the call had used, if it did
     settled: int | None  # the tokens it was settled at, if its gateway settled it
+    key_amounts: dict[str, int] = field(default_factory=dict)  # at its key's level
 
     def grant(self) -> Grant:
-        return Grant(self.id, self.queue, self.flavor, dict(self.amounts), {}, {}, self.owner)
+        return Grant(
+            self.id,
+            self.queue,
+            self.flavor,
+            dict(self.amounts),
+            {},
+            {},
+            self.owner,
+            dict(self.key_amounts),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +131,15 @@ class RecentSpend:
     last_at: float  # when the latest of those calls was recorded (seconds since the epoch)
 
 
+@dataclass(frozen=True, slots=True)
+class KeySpend:
+    """What one API key spent, as recorded: today (UTC) and in the last rate window."""
+
+    day: int
+    recent: int
+    last_at: float  # when the latest call of the last window was recorded (0: none)
+
+
 @dataclass(frozen=True)
 class Spent:
     """The durable account of what queues spent, to rebuild a ledger that lost it."""
@@ -118,6 +149,8 @@ class Spent:
     budgets: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     # (queue, flavor) -> what was spent in the last minute (for the per-minute rates)
     recent: Mapping[tuple[str, str], RecentSpend] = field(default_factory=dict)
+    # API key id -> what it spent (keys with limits of their own only)
+    keys: Mapping[str, KeySpend] = field(default_factory=dict)
 
 
 SpentSource = Callable[[], Awaitable[Spent]]
@@ -150,11 +183,14 @@ class Ledger(Protocol):
         *,
         now: float | None = None,
         note: str | None = None,
+        key: KeyCharge | None = None,
     ) -> Grant | Refusal:
         """Reserve every amount over the queue and its cohorts at once, or nothing.
         ``note``: what a shared ledger keeps with the reservation until the call's usage
         record is written (:meth:`forget`), for another gateway to record the call
-        (:meth:`reclaim`) should this one die first."""
+        (:meth:`reclaim`) should this one die first. ``key``: the call's API key's own
+        limits, a level below the queue that must fit too (in the same atomic step); a
+        refusal by it names level ``Key`` and the key's id, and takes nothing anywhere."""
         ...
 
     def checkpoint(self, grant: Grant, tokens: int) -> None:
@@ -192,11 +228,13 @@ class Ledger(Protocol):
     ) -> None:
         """Replace the estimate by what was used (a resource left out keeps its
         estimate): refund the difference, or charge an overrun even past the quota.
-        A resource whose window or period has ended is left alone."""
+        A resource whose window or period has ended is left alone. The key's level, if
+        the grant holds some, is settled with the same amounts."""
         ...
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
-        """Refund everything (the call failed upstream): reconcile to 0."""
+        """Refund everything (the call failed upstream): reconcile to 0, at the key's
+        level too."""
         ...
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
@@ -223,6 +261,11 @@ class Ledger(Protocol):
         """What a queue (or, if no queue has the name, a cohort) holds now."""
         ...
 
+    async def key_usage(self, key: str, resource: str, *, now: float | None = None) -> int:
+        """What an API key's own level holds of ``resource`` now (0 for a key unknown
+        to the ledger: one without limits, or idle)."""
+        ...
+
     async def ping(self) -> None:
         """Raise :class:`LedgerUnavailableError` unless the ledger's store answers (the
         in-process ledger always does)."""
@@ -239,10 +282,12 @@ class Ledger(Protocol):
         *,
         measured_at: float,
         now: float | None = None,
+        keys: Mapping[str, int] | None = None,
     ) -> None:
         """Charge budgets with what was spent before this ledger started, per (queue,
-        flavor, budget resource) in the periods ``measured_at`` was in, replacing what
-        an earlier call restored; a no-op for a :attr:`durable` ledger."""
+        flavor, budget resource) in the periods ``measured_at`` was in, and per API key
+        (``keys``: tokens of that day) at the key's level, replacing what an earlier
+        call restored; a no-op for a :attr:`durable` ledger."""
         ...
 
     def restore_from(self, spent: SpentSource) -> None:
@@ -272,9 +317,22 @@ def check_amounts(amounts: Mapping[str, int]) -> None:
         _check_amount(resource, amount)
 
 
+def check_key(key: KeyCharge) -> None:
+    """Refuse a key charge neither ledger could count."""
+    if set(key.limits) != set(key.amounts) or not set(key.amounts) <= set(KEY_RESOURCES):
+        raise ValueError(f"a key limits only {', '.join(KEY_RESOURCES)}, each with an amount")
+    for resource in key.amounts:
+        _check_amount(resource, key.amounts[resource])
+        _check_amount(resource, key.limits[resource])
+
+
 def check_actual(grant: Grant, actual: Mapping[str, int]) -> dict[str, int]:
-    """The grant's resources with what was used (left out: the estimate stands)."""
+    """The grant's resources (the key's level's too) with what was used (left out: the
+    estimate stands)."""
     used = {r: actual[r] for r in grant.amounts if r in actual}
+    for resource in grant.key_amounts:
+        if resource in actual:
+            used[resource] = actual[resource]
     for resource, amount in used.items():
         _check_amount(resource, amount)
     return used
@@ -287,6 +345,10 @@ def _check_amount(resource: str, amount: int) -> None:
 
 def to_milli(amounts: Mapping[str, int]) -> dict[str, int]:
     return {resource: amount * MILLI for resource, amount in amounts.items()}
+
+
+def key_in_milli(key: KeyCharge) -> KeyCharge:
+    return KeyCharge(key.key, to_milli(key.limits), to_milli(key.amounts))
 
 
 def to_units(milli: int) -> int:

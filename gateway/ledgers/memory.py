@@ -15,13 +15,16 @@ from collections.abc import Mapping, Sequence
 
 from gateway.ledgers.base import (
     Grant,
+    KeyCharge,
     Reclaimed,
     Refusal,
     SpentSource,
     UnknownQueueError,
     check_actual,
     check_amounts,
+    check_key,
     clock,
+    key_in_milli,
     to_milli,
     to_units,
 )
@@ -35,6 +38,7 @@ __all__ = ["MemoryLedger"]
 log = logging.getLogger(__name__)
 
 _FIRST_SWEEP = 1024
+TPD = "tokens-per-day"
 
 
 class MemoryLedger:
@@ -58,11 +62,15 @@ class MemoryLedger:
         *,
         now: float | None = None,
         note: str | None = None,
+        key: KeyCharge | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
         self._queue(queue)
-        result = self._ledger.reserve(queue, flavor, to_milli(amounts), at)
+        if key is not None:
+            check_key(key)
+            key = key_in_milli(key)
+        result = self._ledger.reserve(queue, flavor, to_milli(amounts), at, key)
         if isinstance(result, Refusal):
             return _in_units(result)
         # Unique beyond this process: the id names the call's usage record and token
@@ -79,6 +87,7 @@ class MemoryLedger:
             # its own reservation is the last to expire (quota.ledger.full_reset_after)
             reset_after={r: result.expires[r] - at for r in amounts},
             owner=self.owner,
+            key_amounts={} if key is None else {r: to_units(a) for r, a in key.amounts.items()},
         )
 
     async def reconcile(
@@ -108,7 +117,7 @@ class MemoryLedger:
             )
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
-        await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
+        await self.reconcile(grant, dict.fromkeys(grant.resources, 0), now=now)
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
         node = self._queue(queue)
@@ -135,6 +144,9 @@ class MemoryLedger:
             return to_units(self._ledger.cohort_usage(queue_or_cohort, flavor, resource, at))
         raise UnknownQueueError(queue_or_cohort)
 
+    async def key_usage(self, key: str, resource: str, *, now: float | None = None) -> int:
+        return to_units(self._ledger.key_usage(key, resource, clock(now)))
+
     async def ping(self) -> None:
         return None
 
@@ -148,15 +160,23 @@ class MemoryLedger:
         *,
         measured_at: float,
         now: float | None = None,
+        keys: Mapping[str, int] | None = None,
     ) -> None:
         """Charge what each (queue, flavor, budget resource) had spent in the period
-        ``measured_at`` was in, replacing what an earlier call restored. A budget whose
-        period has ended since, a queue gone from the configuration and a budget the
-        queue does not have are left out."""
+        ``measured_at`` was in, and each API key of ``keys`` that day, replacing what
+        an earlier call restored. A budget whose period has ended since, a queue gone
+        from the configuration and a budget the queue does not have are left out."""
         at = clock(now)
         for reservation in self._restored:
-            self._ledger.reconcile(reservation, dict.fromkeys(reservation.amounts, 0), at)
+            every = [*reservation.amounts, *reservation.key_amounts]
+            self._ledger.reconcile(reservation, dict.fromkeys(every, 0), at)
         self._restored = []
+        if keys and period_end(TPD, measured_at) == period_end(TPD, at):
+            for key, tokens in keys.items():
+                if tokens > 0:
+                    self._restored.append(
+                        self._ledger.charge_key_spent(key, {TPD: tokens * MILLI}, at)
+                    )
         per_call: dict[tuple[str, str], dict[str, int]] = {}
         for (queue, flavor, resource), tokens in spent.items():
             if (
@@ -210,8 +230,8 @@ class MemoryLedger:
     def _sweep(self) -> None:
         if len(self._open) < self._sweep_at:
             return
-        # An empty ``expires`` means every resource expired: nothing left to settle.
-        self._open = {gid: r for gid, r in self._open.items() if r.expires}
+        # Nothing left counting (every resource expired): nothing left to settle.
+        self._open = {gid: r for gid, r in self._open.items() if r.live}
         self._sweep_at = max(_FIRST_SWEEP, 2 * len(self._open))
 
 

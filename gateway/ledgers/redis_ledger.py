@@ -52,6 +52,7 @@ from redis.typing import EncodableT, KeyT
 
 from gateway.ledgers.base import (
     Grant,
+    KeyCharge,
     LedgerUnavailableError,
     Reclaimed,
     Refusal,
@@ -60,6 +61,7 @@ from gateway.ledgers.base import (
     UnknownQueueError,
     check_actual,
     check_amounts,
+    check_key,
     clock,
     to_units,
 )
@@ -67,6 +69,7 @@ from gateway.ledgers.batching import LuaScript, ScriptBatcher
 from quota.cache import ClusterState
 from quota.ledger import (
     BUDGET_RESOURCES,
+    KEY_RESOURCES,
     RATE_RESOURCES,
     RATE_WINDOW_SECONDS,
     RETRY_WALK_LIMIT,
@@ -118,6 +121,8 @@ _DROP_LOCK = LuaScript.of(
 )
 
 _STORE_ERRORS = (RedisError, OSError, TimeoutError)
+
+TPM, TPD = KEY_RESOURCES  # what an API key may limit of its own
 
 # Seconds to connect, and to wait for a reply (the Lua scripts take well under a ms).
 DEFAULT_SOCKET_TIMEOUT = 0.5
@@ -233,6 +238,7 @@ class RedisLedger:
         *,
         now: float | None = None,
         note: str | None = None,
+        key: KeyCharge | None = None,
     ) -> Grant | Refusal:
         at = clock(now)
         check_amounts(amounts)
@@ -244,14 +250,24 @@ class RedisLedger:
         args: list[EncodableT] = [path.static, repr(at)]
         for amount, end in zip(amounts.values(), path.ends, strict=True):
             args += (amount * MILLI, end or rate_end)
-        if note:
+        keys: tuple[KeyT, ...] = (self._seq, *path.keys)
+        key_amounts: dict[str, int] = {}
+        if key is not None:  # a key without limits adds nothing here
+            check_key(key)
+            key_amounts = dict(key.amounts)
+            key_keys, key_args = self._key_level(key, at)
+            keys += key_keys
+            args += ("", note or "", *key_args)
+        elif note:
             args += ("", note)
         for attempt in range(2):
             reply = await self._run(
                 _RESERVE,
-                (self._seq, *path.keys),
+                keys,
                 args,
-                orphaned=lambda reply: self._give_back(queue, flavor, amounts, at, reply),
+                orphaned=lambda reply: self._give_back(
+                    queue, flavor, amounts, at, reply, key_amounts
+                ),
             )
             if not _lost(reply):
                 break
@@ -274,8 +290,9 @@ class RedisLedger:
                         for r, end in zip(resources, path.end_times, strict=True)
                     },
                     owner=self.owner,
+                    key_amounts=key_amounts,
                 )
-            return self._refusal(flavor, amounts, resources, reply)
+            return self._refusal(flavor, amounts, resources, reply, key)
         except (LookupError, TypeError, ValueError) as err:
             raise LedgerUnavailableError(f"unexpected reply to a reservation: {reply!r}") from err
 
@@ -286,7 +303,7 @@ class RedisLedger:
         self._settled(grant, await self._run(_RECONCILE, keys, args))
 
     async def release(self, grant: Grant, *, now: float | None = None) -> None:
-        await self.reconcile(grant, dict.fromkeys(grant.amounts, 0), now=now)
+        await self.reconcile(grant, dict.fromkeys(grant.resources, 0), now=now)
 
     def limit(self, queue: str, flavor: str, resource: str) -> int:
         node = self._queue(queue)
@@ -342,6 +359,15 @@ class RedisLedger:
         except (TypeError, ValueError) as err:
             raise LedgerUnavailableError(f"unexpected reply to usage: {reply!r}") from err
 
+    async def key_usage(self, key: str, resource: str, *, now: float | None = None) -> int:
+        at = clock(now)
+        keys = self._key_keys(key, resource, period_end(resource, at))
+        reply = await self._run(_USAGE, keys, [repr(at), "k", _kind(resource)])
+        try:
+            return to_units(int(reply))
+        except (TypeError, ValueError) as err:
+            raise LedgerUnavailableError(f"unexpected reply to usage: {reply!r}") from err
+
     async def ping(self) -> None:
         try:
             await self._redis.ping()
@@ -382,7 +408,7 @@ class RedisLedger:
         self, orphan: Reclaimed, tokens: int, *, now: float | None = None
     ) -> bool:
         grant = orphan.grant()
-        used = {r: 1 if r == "requests-per-minute" else tokens for r in grant.amounts}
+        used = {r: 1 if r == "requests-per-minute" else tokens for r in grant.resources}
         keys, args = self._settlement(grant, used, now)
         return str(await self._run(_RECONCILE, keys, args)) == "1"
 
@@ -392,6 +418,7 @@ class RedisLedger:
         *,
         measured_at: float,
         now: float | None = None,
+        keys: Mapping[str, int] | None = None,
     ) -> None:
         """Redis keeps the budgets itself: nothing to restore (unless it loses them:
         see :meth:`restore_from`)."""
@@ -480,15 +507,12 @@ class RedisLedger:
         budgets = sorted(
             fr for fr in _budget_and_rate_frs(self._state) if fr.resource in BUDGET_RESOURCES
         )
-        if budgets:  # the usage records are the truth of this period's budgets
-            await self._run(
-                _CLEAR,
-                [
-                    self._keys(fr.flavor, fr.resource, period_end(fr.resource, at))[0]
-                    for fr in budgets
-                ],
-                [],
-            )
+        stale = [
+            self._keys(fr.flavor, fr.resource, period_end(fr.resource, at))[0] for fr in budgets
+        ]
+        stale += [self._key_keys(key, TPD, period_end(TPD, at))[0] for key in spent.keys]
+        if stale:  # the usage records are the truth of this period's budgets
+            await self._run(_CLEAR, stale, [])
         restored = 0
         for (queue, flavor), amounts, ends in _restorations(self, spent, at):
             path = self._path(queue, flavor, tuple(amounts))
@@ -497,6 +521,29 @@ class RedisLedger:
             for resource, amount in amounts.items():
                 args += (amount * MILLI, repr(ends[resource]))
             await self._run(_RESERVE, (self._seq, *path.keys), [*args, "restore"])
+            restored += sum(amounts.values())
+        # The keys' own levels, each charged alone (no queue path) however far past its
+        # limits (a key's limits are not the ledger's to know here).
+        no_path = json.dumps(
+            {
+                "p": f"{self._tag}:res:",
+                "k": self._prefix,
+                "o": self.owner,
+                "q": "",
+                "f": "",
+                "w": RETRY_WALK_LIMIT,
+                "m": KEY_MARGIN_SECONDS,
+                "n": [],
+                "r": [],
+            }
+        ).encode()
+        for key, amounts, ends in _key_restorations(spent, at):
+            keys: list[KeyT] = [self._seq]
+            args = [no_path, repr(at), "restore", "", key]
+            for resource, amount in amounts.items():
+                keys += self._key_keys(key, resource, ends[resource])
+                args += (resource, _kind(resource), 0, amount * MILLI, repr(ends[resource]))
+            await self._run(_RESERVE, keys, args)
             restored += sum(amounts.values())
         epoch = secrets.token_hex(6)
         keys = [self._lock_key, self._epoch_key]
@@ -544,33 +591,66 @@ class RedisLedger:
             raise LedgerUnavailableError(f"{type(err).__name__}: {err}") from err
 
     def _settlement(
-        self, grant: Grant, used: Mapping[str, int], now: float | None
+        self, grant: Grant, used: Mapping[str, int], now: float | None, *, drop: bool = False
     ) -> tuple[Sequence[KeyT], list[EncodableT]]:
-        """The keys and arguments of reconcile.lua settling ``grant`` at ``used``."""
+        """The keys and arguments of reconcile.lua settling ``grant`` at ``used``;
+        ``drop``: delete its record even if it has a note (nobody will record it)."""
         at = clock(now)
         record = f"{self._tag}:res:{grant.id}"
         path = self._path_if_known(grant.queue, grant.flavor, tuple(grant.amounts))
+        # Nothing more for a plain settle of a call whose key has no limits.
+        tail: list[EncodableT] = ["drop"] if drop else []
+        if grant.key_amounts:
+            tail = ["drop" if drop else ""]
+            for resource in grant.key_amounts:
+                amount = used.get(resource)
+                tail += (resource, _kind(resource), "" if amount is None else amount * MILLI)
         if path is None:  # the queue left the configuration: only settle
             only = {"q": grant.queue, "f": grant.flavor, "k": self._prefix, "n": [], "r": []}
-            return (record,), [json.dumps(only).encode(), grant.id, repr(at), grant.owner]
+            args = [json.dumps(only).encode(), grant.id, repr(at), grant.owner, *tail]
+            return (record,), args
         if not path.since <= at < path.until:
             self._refresh(path, at)
-        args: list[EncodableT] = [path.static, grant.id, repr(at)]
+        args = [path.static, grant.id, repr(at)]
         for resource, end in zip(path.resources, path.ends, strict=True):
             amount = used.get(resource)
             args += ("" if amount is None else amount * MILLI, end)
-        args.append(grant.owner)
+        args += (grant.owner, *tail)
         return (record, *path.keys), args
 
+    def _key_level(self, key: KeyCharge, at: float) -> tuple[tuple[KeyT, ...], list[EncodableT]]:
+        """The KEYS and the ARGV tail of reserve.lua for a call's key level."""
+        keys: list[KeyT] = []
+        args: list[EncodableT] = [key.key]
+        for resource, amount in key.amounts.items():
+            end = period_end(resource, at)
+            keys += self._key_keys(key.key, resource, end)
+            args += (resource, _kind(resource), key.limits[resource] * MILLI, amount * MILLI)
+            args.append(repr(end))
+        return tuple(keys), args
+
+    def _key_keys(self, key: str, resource: str, expiry: float) -> list[str]:
+        """An API key's state and expiry keys of a resource; a budget's state is per period."""
+        state = f"{self._tag}:key:{key}|{resource}"
+        if resource not in RATE_RESOURCES:
+            state += f"@{int(expiry)}"
+        return [state, f"{self._tag}:kexp:{key}|{resource}"]
+
     def _give_back(
-        self, queue: str, flavor: str, amounts: Mapping[str, int], at: float, reply: Any
+        self,
+        queue: str,
+        flavor: str,
+        amounts: Mapping[str, int],
+        at: float,
+        reply: Any,
+        key_amounts: dict[str, int],
     ) -> None:
         """A reservation (made at ``at``) whose caller stopped waiting: release it."""
         if not (isinstance(reply, list) and reply and str(reply[0]) == "1"):
             return  # refused: nothing was taken
-        grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {}, self.owner)
-        keys, args = self._settlement(grant, dict.fromkeys(amounts, 0), at)
-        args.append("drop")  # nobody will record a call nobody waited for
+        grant = Grant(str(reply[1]), queue, flavor, dict(amounts), {}, {}, self.owner, key_amounts)
+        # nobody will record a call nobody waited for
+        keys, args = self._settlement(grant, dict.fromkeys(grant.resources, 0), at, drop=True)
         self._batcher.call(_RECONCILE, keys, args).add_done_callback(_log_failure)
 
     def _keys(self, flavor: str, resource: str, expiry: float) -> list[str]:
@@ -624,9 +704,20 @@ class RedisLedger:
         return path
 
     def _refusal(
-        self, flavor: str, amounts: Mapping[str, int], resources: tuple[str, ...], reply: list[Any]
+        self,
+        flavor: str,
+        amounts: Mapping[str, int],
+        resources: tuple[str, ...],
+        reply: list[Any],
+        key: KeyCharge | None,
     ) -> Refusal:
-        resource = resources[int(reply[1]) - 1]
+        index = int(reply[1]) - 1
+        if index >= len(resources):  # the key's own level: its resources and amounts
+            if key is None:
+                raise ValueError("a refusal by a key level for a call without one")
+            index -= len(resources)
+            resources, amounts = tuple(key.amounts), key.amounts
+        resource = resources[index]
         return Refusal(
             level=str(reply[2]),
             name=str(reply[3]),
@@ -651,6 +742,9 @@ def _reclaimed(owner: str, rid: str, fields: list[Any]) -> Reclaimed:
     amounts = {
         name[2:]: to_units(int(value)) for name, value in record.items() if name.startswith("a:")
     }
+    key_amounts = {
+        name[3:]: to_units(int(value)) for name, value in record.items() if name.startswith("ka:")
+    }
     used = [
         to_units(int(value))
         for name, value in record.items()
@@ -659,7 +753,15 @@ def _reclaimed(owner: str, rid: str, fields: list[Any]) -> Reclaimed:
     settled = max(used, default=0) if "d" in record else None
     checkpoint = int(record["t"]) if "t" in record else None
     return Reclaimed(
-        rid, owner, record["q"], record["f"], amounts, record.get("n", ""), checkpoint, settled
+        rid,
+        owner,
+        record["q"],
+        record["f"],
+        amounts,
+        record.get("n", ""),
+        checkpoint,
+        settled,
+        key_amounts,
     )
 
 
@@ -698,6 +800,27 @@ def _restorations(
         add(queue, flavor, "tokens-per-minute", recent.tokens, end)
         add(queue, flavor, "requests-per-minute", recent.requests, end)
     return [(key, amounts[key], ends[key]) for key in sorted(amounts)]
+
+
+def _key_restorations(
+    spent: Spent, at: float
+) -> list[tuple[str, dict[str, int], dict[str, float]]]:
+    """Per API key: what to charge its own level again and when each stops counting
+    (the day's budget if of the day ``at`` is in; the last minute's tokens until a
+    minute after its latest call)."""
+    restorations = []
+    day_end = period_end(TPD, at)
+    for key in sorted(spent.keys):
+        spend = spent.keys[key]
+        amounts: dict[str, int] = {}
+        ends: dict[str, float] = {}
+        if spend.day > 0 and period_end(TPD, spent.measured_at) == day_end:
+            amounts[TPD], ends[TPD] = spend.day, day_end
+        if spend.recent > 0 and spend.last_at + RATE_WINDOW_SECONDS > at:
+            amounts[TPM], ends[TPM] = spend.recent, spend.last_at + RATE_WINDOW_SECONDS
+        if amounts:
+            restorations.append((key, amounts, ends))
+    return restorations
 
 
 def _store_warnings(found: Mapping[str, str]) -> list[str]:

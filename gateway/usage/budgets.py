@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from gateway.ledgers import RecentSpend, Spent
+from gateway.ledgers import KeySpend, RecentSpend, Spent
 from quota.ledger import RATE_WINDOW_SECONDS
 from tenants import Database
-from tenants.services.usage import queue_spend, recent_spend
+from tenants.services.usage import key_spend, queue_spend, recent_spend
 
 __all__ = ["SpentBudgets", "spent", "spent_budgets"]
 
@@ -31,16 +31,28 @@ class SpentBudgets:
     measured_at: float  # seconds since the epoch: the day and month the spend is of
     # (queue, flavor, budget resource) -> tokens
     spent: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # API key (with limits of its own) -> what it spent that day and in the last window
+    keys: dict[str, KeySpend] = field(default_factory=dict)
+
+    @property
+    def key_days(self) -> dict[str, int]:
+        return {key: spend.day for key, spend in self.keys.items()}
 
 
 async def spent_budgets(session: AsyncSession, now: float | None = None) -> SpentBudgets:
     at = time.time() if now is None else now
-    rows = await queue_spend(session, datetime.fromtimestamp(at, UTC).date())
+    day = datetime.fromtimestamp(at, UTC).date()
+    rows = await queue_spend(session, day)
     spent: dict[tuple[str, str, str], int] = {}
     for row in rows:
         spent[(row.queue, row.flavor, "tokens-per-day")] = row.day
         spent[(row.queue, row.flavor, "tokens-per-month")] = row.month
-    return SpentBudgets(at, spent)
+    since = datetime.fromtimestamp(at - RATE_WINDOW_SECONDS, UTC)
+    keys = {
+        row.key_id: KeySpend(row.day, row.recent, row.last_at.timestamp() if row.last_at else 0.0)
+        for row in await key_spend(session, day, since)
+    }
+    return SpentBudgets(at, spent, keys)
 
 
 async def spent(database: Database, now: float | None = None) -> Spent:
@@ -56,4 +68,4 @@ async def spent(database: Database, now: float | None = None) -> Spent:
         (row.queue, row.flavor): RecentSpend(row.tokens, row.requests, row.last_at.timestamp())
         for row in rows
     }
-    return Spent(at, budgets.spent, recent)
+    return Spent(at, budgets.spent, recent, budgets.keys)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import BigInteger
 from sqlmodel import Field, SQLModel
 
 from tenants.models._base import json_field, timestamp_field
@@ -36,3 +37,6 @@ class ApiKey(SQLModel, table=True):
     rotated_at: datetime | None = timestamp_field(nullable=True)
     # Why it was revoked, told to its owner (e.g. expired after so many idle days).
     revoked_reason: str | None = Field(default=None, max_length=500, nullable=True)
+    # The key's own token limits, below its queue's (None: only the queue's apply).
+    tokens_per_minute: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    tokens_per_day: int | None = Field(default=None, sa_type=BigInteger, nullable=True)

@@ -4,40 +4,82 @@ the key's own roles and scopes, fixed when it is issued.
 Generating keys and hashing secrets happen in the gateway (it holds the pepper); these
 functions store, find, use and revoke what it made. Who may issue or revoke which key
 is the policy's question, asked before these run; what a key may hold at all is
-checked here again (:mod:`tenants.services.access`). Keys are immutable: to change a
-key's roles or scopes, issue a new one and revoke the old.
+checked here again (:mod:`tenants.services.access`). A key's powers are immutable: to
+change its roles or scopes, issue a new one and revoke the old. Its own token limits
+(``tokens-per-minute``, ``tokens-per-day``: a level below its queue in the token
+ledger, so a leaked or runaway key spends at most that) may change any time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tenants.errors import ConflictError, NotFoundError
+from tenants.errors import ConflictError, InvalidRequestError, NotFoundError
 from tenants.models import ApiKey, AuditEntry, Principal
 from tenants.models._base import new_id, utcnow
 from tenants.services.access import key_roles, key_scopes
 from tenants.services.tenants import lock_live_tenant
 
 __all__ = [
+    "KEY_LIMITS",
+    "MAX_KEY_LIMIT",
     "KeyRecord",
     "add_api_key",
+    "check_key_limits",
     "find_api_key",
     "get_api_key",
     "has_platform_admin",
+    "key_limits_of",
     "list_api_keys",
     "principal_for",
     "revoke_api_key",
     "rotate_api_key",
+    "set_api_key_limits",
     "touch_api_key",
 ]
 
 KeyRecord = tuple[ApiKey, Principal]
+
+# What a key may limit of its own, as the quota config names it -> its column.
+KEY_LIMITS = {"tokens-per-minute": "tokens_per_minute", "tokens-per-day": "tokens_per_day"}
+# A trillion tokens: far past any real limit, well inside what the ledger counts exactly.
+MAX_KEY_LIMIT = 10**12
+
+
+def check_key_limits(raw: Any, *, field: str = "limits") -> dict[str, int | None]:
+    """A key's limits as asked (``{"tokens-per-minute": N, "tokens-per-day": N}``, a
+    null value to lift one), checked: ``InvalidRequestError`` naming the field for
+    anything but whole numbers from 1 to :data:`MAX_KEY_LIMIT` of those two."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidRequestError(f"{field}: an object of {', '.join(KEY_LIMITS)} is expected")
+    limits: dict[str, int | None] = {}
+    for name, value in raw.items():
+        where = f"{field}.{str(name)[:64]}"
+        if name not in KEY_LIMITS:
+            raise InvalidRequestError(f"{where}: a key may limit only {', '.join(KEY_LIMITS)}")
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_KEY_LIMIT
+        ):
+            raise InvalidRequestError(
+                f"{where}: a whole number of tokens from 1 to {MAX_KEY_LIMIT} (or null) is expected"
+            )
+        limits[name] = value
+    return limits
+
+
+def key_limits_of(key: ApiKey) -> dict[str, int]:
+    """The limits a key carries (only those it has)."""
+    limits = {name: getattr(key, column) for name, column in KEY_LIMITS.items()}
+    return {name: value for name, value in limits.items() if value is not None}
 
 
 def _of(tenant: str | None) -> ColumnElement[bool]:
@@ -73,14 +115,17 @@ async def add_api_key(
     secret_hash: str,
     expires_at: datetime | None = None,
     actor: str,
+    limits: Mapping[str, int | None] | None = None,
 ) -> ApiKey:
     """Store a key of ``tenant`` (``None``: a platform key) for ``principal`` with
-    exactly these roles and scopes (``None``: all the roles allow); no other key
-    changes. Raises ``InvalidRequestError`` for roles or scopes no key may hold,
-    ``NotFoundError`` for a tenant that does not exist (or was deleted)."""
+    exactly these roles and scopes (``None``: all the roles allow) and token
+    ``limits`` of its own; no other key changes. Raises ``InvalidRequestError`` for
+    roles or scopes no key may hold or limits out of bounds, ``NotFoundError`` for a
+    tenant that does not exist (or was deleted)."""
     platform = tenant is None
     roles = key_roles(roles, platform=platform)
     scopes = key_scopes(roles, scopes, platform=platform)
+    checked = check_key_limits(limits)
     if tenant is not None:
         await lock_live_tenant(session, tenant)
     owner = await principal_for(session, tenant, principal)
@@ -95,6 +140,8 @@ async def add_api_key(
         scopes=scopes,
         expires_at=expires_at,
     )
+    for name, value in checked.items():
+        setattr(key, KEY_LIMITS[name], value)
     session.add(key)
     session.add(
         AuditEntry(
@@ -109,10 +156,47 @@ async def add_api_key(
                 "scopes": scopes,
                 "platform": platform,
                 "expires_at": expires_at.isoformat() if expires_at else None,
+                "limits": key_limits_of(key),
             },
         )
     )
     await session.flush()
+    return key
+
+
+async def set_api_key_limits(
+    session: AsyncSession,
+    tenant: str | None,
+    key_id: str,
+    limits: Mapping[str, int | None],
+    *,
+    actor: str,
+) -> ApiKey:
+    """Set (a number) or lift (``None``) the named limits of one of ``tenant``'s keys
+    (``None``: a platform key); the others stay. Raises ``NotFoundError`` (another
+    tenant's key, too), ``InvalidRequestError`` for limits out of bounds,
+    ``ConflictError`` for a revoked key."""
+    checked = check_key_limits(limits)
+    key, _ = await get_api_key(session, tenant, key_id)
+    if key.revoked_at is not None:
+        raise ConflictError(f"API key {key_id!r} is revoked")
+    before = key_limits_of(key)
+    for name, value in checked.items():
+        setattr(key, KEY_LIMITS[name], value)
+    after = key_limits_of(key)
+    if after != before:
+        session.add(key)
+        session.add(
+            AuditEntry(
+                actor=actor,
+                action="update",
+                kind="api_key",
+                name=key_id,
+                tenant=tenant,
+                detail={"limits": after, "previous_limits": before},
+            )
+        )
+        await session.flush()
     return key
 
 

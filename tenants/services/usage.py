@@ -20,16 +20,18 @@ from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 from sqlmodel.sql.expression import Select
 
-from tenants.models import UsageRecordRow
+from tenants.models import ApiKey, UsageRecordRow
 from tenants.models._base import utcnow
 from tenants.services.charges import call_charges, cohort_paths, insert_charges
 
 __all__ = [
+    "KeySpend",
     "QueueSpend",
     "RecentQueueSpend",
     "UsageDay",
     "UsageRecord",
     "insert_usage",
+    "key_spend",
     "queue_spend",
     "recent_spend",
     "usage_summary",
@@ -214,6 +216,43 @@ async def recent_spend(session: AsyncSession, since: datetime) -> list[RecentQue
     return [
         RecentQueueSpend(q, f, int(total or 0), int(calls), _aware(last))
         for q, f, total, calls, last in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpend:
+    key_id: str
+    day: int  # tokens on the UTC day asked for
+    recent: int  # tokens since the moment asked for
+    last_at: datetime | None  # the latest of those recent calls
+
+
+async def key_spend(session: AsyncSession, day: date, since: datetime) -> list[KeySpend]:
+    """Tokens each API key with limits of its own spent on the UTC ``day`` and since
+    ``since`` (to restore the keys' levels of a ledger that lost them)."""
+    key, on, created = (
+        col(UsageRecordRow.api_key_id),
+        col(UsageRecordRow.day),
+        col(UsageRecordRow.created_at),
+    )
+    tokens = col(UsageRecordRow.prompt_tokens) + col(UsageRecordRow.completion_tokens)
+    recent = created >= since
+    columns: Select[str, int, int, datetime] = Select(
+        key,
+        func.sum(case((on == day, tokens), else_=0)),
+        func.sum(case((recent, tokens), else_=0)),
+        func.max(case((recent, created), else_=None)),
+    )
+    limited = col(ApiKey.tokens_per_minute).is_not(None) | col(ApiKey.tokens_per_day).is_not(None)
+    query = (
+        columns.join(ApiKey, col(ApiKey.key_id) == key)
+        .where(on >= min(day, since.date()), limited, tokens > 0)
+        .group_by(key)
+    )
+    rows = (await session.exec(query)).all()
+    return [
+        KeySpend(k, int(today or 0), int(last or 0), None if at is None else _aware(at))
+        for k, today, last, at in rows
     ]
 
 

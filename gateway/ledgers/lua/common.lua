@@ -15,6 +15,10 @@
 --   {p}:fr:<flavor>|<resource>@<end>  a budget's state for the period ending at <end>
 --                                     (hash of u:<node>); a new period is a new, empty
 --                                     key, so budgets reset without touching anything
+--   {p}:key:<key>|<resource>          an API key's own level (its limits, below its
+--   {p}:kexp:<key>|<resource>         queue): a rate's state and zset as above, with one
+--   {p}:key:<key>|<resource>@<end>    node "k"; a budget's state per period. Only keys
+--                                     with limits have them.
 --   {p}:res:<id>                      a reservation until it is settled (hash): q queue,
 --                                     f flavor, o owner (the ledger that made it),
 --                                     a:<resource> estimate, e:<resource> expiry; a call

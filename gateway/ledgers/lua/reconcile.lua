@@ -14,10 +14,14 @@
 -- ARGV[2] reservation id   ARGV[3] now
 -- then per resource, in the order of the static part's "r": actual ('' keeps the
 --         estimate), period end of the budget key ('' for a rate)
--- then the owner the grant names (the ledger that made it), and optionally 'drop': a
+-- then the owner the grant names (the ledger that made it), then 'drop' or '': a
 --         reservation with a note (a call that will be recorded) is otherwise kept,
 --         marked settled (d, and u:<resource> what was used), until its usage record is
 --         written (leases.lua forget); one without, or with 'drop', is deleted
+-- then, for a reservation at its API key's level too, per key resource: its name, kind
+--         ('r' | 'b') and actual; the key's id, estimates and expiries are the record's
+--         (k, ka:<resource>, ke:<resource>), and so are its state keys' names (a budget's
+--         is of the period it was reserved in)
 --
 -- Returns 1 if the reservation was open, 0 if there is none of that id (settled
 -- already, or made before Redis lost its state), -1 if it is another's: a different
@@ -27,13 +31,12 @@ local record = KEYS[1]
 local static = cjson.decode(ARGV[1])
 local owner = ARGV[4 + 2 * #static.r]
 local keep = ARGV[5 + 2 * #static.r] ~= 'drop'
-local mine = redis.call('HMGET', record, 'q', 'f', 'o', 'd', 'n')
+local mine = redis.call('HMGET', record, 'q', 'f', 'o', 'd', 'n', 'k')
 if not mine[1] or mine[4] then return 0 end  -- none, or settled already
 if mine[1] ~= static.q or mine[2] ~= static.f or mine[3] ~= owner then return -1 end
 local id, now_s = ARGV[2], ARGV[3]
 local now = tonumber(now_s)
 local nodes = static.n
-local depth = #nodes
 
 -- Is the reservation's part of this resource still counted?
 local function live(resource, rate, period_end)
@@ -43,11 +46,11 @@ local function live(resource, rate, period_end)
   return rate or expiry == period_end
 end
 
-local function correct(state, path, resource, actual, rate)
-  local diff = actual - tonumber(redis.call('HGET', record, 'a:' .. resource))
+local function correct(state, nodes, path, actual, rate, estimate)
+  local diff = actual - tonumber(redis.call('HGET', record, estimate))
   if diff == 0 then return end
   local u = usage_along(state, nodes)
-  local delta = zeros(depth)
+  local delta = zeros(#nodes)
   if diff > 0 then
     add_usage(path, u, diff, delta)
   else
@@ -66,7 +69,27 @@ for i, want in ipairs(static.r) do
   local state, exp = KEYS[2 * i], KEYS[2 * i + 1]
   if want.rate then expire(state, exp, now_s) end
   if actual ~= nil and live(want.name, want.rate, period_end) then
-    correct(state, want.path, want.name, actual, want.rate)
+    correct(state, nodes, want.path, actual, want.rate, 'a:' .. want.name)
+  end
+end
+
+-- The key's level: one node, 'k', in keys named as reserve.lua's caller named them.
+if mine[6] then
+  local a = 6 + 2 * #static.r
+  while ARGV[a] do
+    local name, rate, actual = ARGV[a], ARGV[a + 1] == 'r', tonumber(ARGV[a + 2])
+    a = a + 3
+    local expiry = tonumber(redis.call('HGET', record, 'ke:' .. name))
+    if actual ~= nil and expiry ~= nil and expiry > now then
+      local base = static.k .. 'key:' .. mine[6] .. '|' .. name
+      local state = base
+      if rate then
+        expire(state, static.k .. 'kexp:' .. mine[6] .. '|' .. name, now_s)
+      else
+        state = base .. '@' .. int_str(math.floor(expiry))
+      end
+      correct(state, {'k'}, {{g = 0}}, actual, rate, 'ka:' .. name)
+    end
   end
 end
 if keep and mine[5] then

@@ -16,6 +16,11 @@
 -- then the call's note ('' for none): kept in the record (n) for whoever records the
 --                call should its gateway die; a call with a note is listed in
 --                {p}:open:<owner> until its usage record is written
+-- then, only for a call whose API key has limits of its own (the key's level, below
+--                the queue): the key's id, and per limited resource its name, kind ('r'
+--                | 'b'), limit, amount, expiry; its state and expiry keys follow the
+--                path's in KEYS, in that order (see common.lua). The record keeps k (the
+--                key's id), ka:<resource> and ke:<resource> for reconcile.lua.
 --
 -- Returns {-1} when {p}:epoch is missing: Redis lost its state (a restart without
 -- persistence, an eviction) and the ledger must be rebuilt before anything is granted.
@@ -23,7 +28,10 @@
 -- {0, i, level, name, available, retry_after, remaining_1, wait_1, ...} when resource i
 -- is the one that fits last (the first of those that fit equally late), wait_j being
 -- the seconds until resource j fits (0 if it fits now) and retry_after wait_i. Every
--- number is a string.
+-- number is a string. The key's resources count after the queue's (i > the queue's
+-- count): a refusal by the key names level 'Key' and the key's id, and its remaining
+-- and waits are the key's resources'; of levels that fit equally late, the queue's is
+-- named.
 
 local static = cjson.decode(ARGV[1])
 local now_s = ARGV[2]
@@ -40,6 +48,21 @@ for i, want in ipairs(wants) do
   want.expiry_s = ARGV[2 + 2 * i]
   want.expiry = tonumber(want.expiry_s)
   want.state, want.exp = KEYS[2 * i], KEYS[2 * i + 1]
+  want.nodes, want.field = nodes, ''
+end
+-- The key's level: each resource a path of one node, 'k', with nothing to borrow.
+local key = ARGV[5 + 2 * #wants]
+local kwants = {}
+if key and key ~= '' then
+  local a, k = 6 + 2 * #wants, 2 + 2 * #wants
+  while ARGV[a] do
+    local limit = tonumber(ARGV[a + 2])
+    kwants[#kwants + 1] = {name = ARGV[a], rate = ARGV[a + 1] == 'r',
+      path = {{g = limit, sub = limit}}, nodes = {'k'}, field = 'k',
+      amount = tonumber(ARGV[a + 3]), expiry_s = ARGV[a + 4], expiry = tonumber(ARGV[a + 4]),
+      state = KEYS[k], exp = KEYS[k + 1]}
+    a, k = a + 5, k + 2
+  end
 end
 
 -- quota.ledger.InProcessLedger._time_to_fit: seconds until `want` fits if nothing else
@@ -51,8 +74,8 @@ local function time_to_fit(want)
   if want.amount <= math.max(0, want.avail[1]) then return 0 end
   if want.rate then
     local depth_of, u = {}, {}
-    for d = 1, depth do
-      depth_of[nodes[d]] = d
+    for d = 1, #want.nodes do
+      depth_of[want.nodes[d]] = d
       u[d] = want.u[d]
     end
     local entries = redis.call('ZRANGE', want.exp, 0, walk_limit - 1, 'WITHSCORES')
@@ -90,66 +113,94 @@ local function blocker(want)
   return 'Cohort', string.sub(nodes[d], 3)
 end
 
-local function refuse()
-  local waits, last = {}, nil
-  for i, want in ipairs(wants) do
+-- The index of the resource of `list` that fits last (the first of those equally late).
+local function fits_last(list, waits)
+  local last = nil
+  for i, want in ipairs(list) do
     waits[i] = time_to_fit(want)
     if want.amount > math.max(0, want.avail[1]) and (last == nil or waits[i] > waits[last]) then
       last = i
     end
   end
-  local want = wants[last]
-  local level, name = blocker(want)
-  local reply = {0, tostring(last), level, name, int_str(math.max(0, want.avail[1])),
-    float_str(waits[last])}
-  for i, each in ipairs(wants) do
+  return last
+end
+
+local function refusal(index, level, name, list, waits)
+  local want = list[index]
+  local reply = {0, tostring(index), level, name, int_str(math.max(0, want.avail[1])),
+    float_str(waits[index])}
+  for i, each in ipairs(list) do
     reply[#reply + 1] = int_str(math.max(0, each.avail[1]))
     reply[#reply + 1] = float_str(waits[i])
   end
   return reply
 end
 
+local function refuse()
+  local waits, kwaits = {}, {}
+  local last, klast = fits_last(wants, waits), fits_last(kwants, kwaits)
+  if klast and (last == nil or kwaits[klast] > waits[last]) then
+    local reply = refusal(klast, 'Key', key, kwants, kwaits)
+    reply[2] = tostring(#wants + klast)
+    return reply
+  end
+  local level, name = blocker(wants[last])
+  return refusal(last, level, name, wants, waits)
+end
+
 -- Charge one resource to the tree and remember, for a rate, what each node got.
 local function charge(want, id, record, restoring)
-  local delta = zeros(depth)
+  local delta = zeros(#want.nodes)
   add_usage(want.path, want.u, want.amount, delta)
-  write_usage(want.state, nodes, want.u, delta)
+  write_usage(want.state, want.nodes, want.u, delta)
   local lifetime = want.expiry - now + margin
   if want.rate then
     redis.call('ZADD', want.exp, want.expiry_s, id)
     redis.call('HSET', want.state, 'a:' .. id, int_str(want.amount),
-      'c:' .. id, merge_charges(nil, nodes, delta))
+      'c:' .. id, merge_charges(nil, want.nodes, delta))
     keep_for(want.exp, lifetime)
   end
   keep_for(want.state, lifetime)
   if not restoring then
-    redis.call('HSET', record, 'a:' .. want.name, int_str(want.amount), 'e:' .. want.name, want.expiry_s)
+    redis.call('HSET', record, want.field .. 'a:' .. want.name, int_str(want.amount),
+      want.field .. 'e:' .. want.name, want.expiry_s)
   end
 end
 
-for _, want in ipairs(wants) do
-  if want.rate then expire(want.state, want.exp, now_s) end
-  want.u = usage_along(want.state, nodes)
-  want.avail = available_along(want.path, want.u)
-end
-if not restoring then
-  for _, want in ipairs(wants) do
-    if want.amount > math.max(0, want.avail[1]) then return refuse() end
+local function measure(list)
+  for _, want in ipairs(list) do
+    if want.rate then expire(want.state, want.exp, now_s) end
+    want.u = usage_along(want.state, want.nodes)
+    want.avail = available_along(want.path, want.u)
   end
 end
+
+local function short(list)
+  for _, want in ipairs(list) do
+    if want.amount > math.max(0, want.avail[1]) then return true end
+  end
+  return false
+end
+
+measure(wants)
+measure(kwants)
+if not restoring and (short(wants) or short(kwants)) then return refuse() end
 
 -- Unique across Redis restarts: the counter starts again at 1 in an empty Redis, the
 -- epoch (random, set by each rebuild) does not repeat.
 local id = (epoch or 'restored') .. '.' .. tostring(redis.call('INCR', KEYS[1]))
 local record = static.p .. id
 local latest = now
-for _, want in ipairs(wants) do
-  charge(want, id, record, restoring)
-  latest = math.max(latest, want.expiry)
+for _, list in ipairs({wants, kwants}) do
+  for _, want in ipairs(list) do
+    charge(want, id, record, restoring)
+    latest = math.max(latest, want.expiry)
+  end
 end
 if not restoring then
   -- o: the ledger (gateway process) that made it; a settle must name all three
   redis.call('HSET', record, 'q', queue, 'f', flavor, 'o', static.o)
+  if #kwants > 0 then redis.call('HSET', record, 'k', key) end
   keep_for(record, latest - now + margin)
   local note = ARGV[4 + 2 * #wants]
   if note and note ~= '' then
