@@ -386,25 +386,33 @@ class ConsoleController(Controller):
         return _page(session, "Audit log", body, here)
 
     @get("/tenants")
-    async def tenants(self, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def tenants(
+        self, request: Request[Any, Any, Any], cursor: Cursor = None
+    ) -> Response[Any]:
         session = self._session(request)
         if session is None:
             return _redirect("/console/login")
+        here = "/console/tenants"
         if not session.platform_admin:
             return _redirect(f"/console/tenants/{session.tenant}")
-        answer = await self._api(request, session).get("/api/v1/admin/tenants")
+        params = {"limit": "100", **({"cursor": cursor} if cursor else {})}
+        answer = await self._api(request, session).get("/api/v1/admin/tenants", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/tenants")
+            return self._failed(request, session, answer, here)
         rows = [
             (
-                f'<a href="/console/tenants/{quote(t["name"])}">{esc(t["name"])}</a>',
+                f'<a href="/console/tenants/{quote(str(t.get("name")))}">{esc(t.get("name"))}</a>',
                 esc(t.get("display_name")),
                 esc(", ".join(t.get("queues", []))),
             )
-            for t in answer.body
+            for t in _items(answer.body)
         ]
-        body = table(["tenant", "display name", "queues"], rows, test_id="tenants")
-        return _page(session, "Tenants", body, "/console/tenants")
+        more = ""
+        if isinstance(answer.body, dict) and answer.body.get("next_cursor"):
+            query = urlencode({"cursor": answer.body["next_cursor"]})
+            more = f'<p><a href="{here}?{esc(query)}">next page</a></p>'
+        body = table(["tenant", "display name", "queues"], rows, test_id="tenants") + more
+        return _page(session, "Tenants", body, here)
 
     @get("/tenants/{tenant:str}")
     async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
