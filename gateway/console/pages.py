@@ -7,6 +7,7 @@ token travels to the next page once, in the session, never in a URL.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -263,12 +264,15 @@ class ConsoleController(Controller):
         api = self._api(request, session)
         here = "/console/dashboard"
         if session.platform_admin:
-            config = await api.get("/api/v1/admin/config")
+            month = datetime.now(UTC).strftime("%Y-%m")
+            # Three independent reads: each one's database round trips overlap the others'.
+            config, live, usage = await asyncio.gather(
+                api.get("/api/v1/admin/config"),
+                api.get("/api/v1/admin/queues"),
+                api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant"),
+            )
             if not config.ok:
                 return self._failed(request, session, config, here)
-            live = await api.get("/api/v1/admin/queues")
-            month = datetime.now(UTC).strftime("%Y-%m")
-            usage = await api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant")
             spent = _usage(usage.body, month, "tenant", form_too=False) if usage.ok else ""
             body = _quota_tables(config.body, live) + f"<h2>This month, per tenant</h2>{spent}"
         else:
@@ -316,8 +320,10 @@ class ConsoleController(Controller):
         if not session.platform_admin:
             return _redirect("/console/dashboard")
         api = self._api(request, session)
-        cohorts = await api.get("/api/v1/admin/cohorts", limit="500")
-        queues = await api.get("/api/v1/admin/queues", limit="500")
+        cohorts, queues = await asyncio.gather(
+            api.get("/api/v1/admin/cohorts", limit="500"),
+            api.get("/api/v1/admin/queues", limit="500"),
+        )
         if not cohorts.ok:
             return self._failed(request, session, cohorts, here)
         body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
