@@ -1,4 +1,5 @@
-"""`/api/v1/admin`: tenants, API keys and the declarative quota config. Every change
+"""`/api/v1/admin`: API keys and the declarative quota config (tenants:
+:mod:`gateway.admin.objects`). Every change
 is audited by the services; these handlers only check who may ask.
 
 A key's roles and scopes are fixed when it is issued; to change them, issue a new key
@@ -30,7 +31,7 @@ from gateway.settings import AuthSettings
 from tenants import Database, InvalidRequestError, parse_config
 from tenants.models import ApiKey, Principal
 from tenants.models._base import utcnow
-from tenants.services import apply_config, delete_tenant, export_config, live_tenants
+from tenants.services import apply_config, export_config
 from tenants.services.access import (
     ADMIN,
     MEMBER,
@@ -125,19 +126,6 @@ class KeyOut(msgspec.Struct):
     token: str | None = None  # shown once, at creation and rotation
 
 
-class TenantOut(msgspec.Struct):
-    name: str
-    display_name: str
-    queues: list[str]
-
-
-class TenantDeletedOut(msgspec.Struct):
-    name: str
-    keys_revoked: int
-    principals_disabled: int
-    workloads_cancelled: int
-
-
 class ApplyOut(msgspec.Struct):
     created: list[str]
     updated: list[str]
@@ -187,44 +175,6 @@ class AdminController(Controller):
         await authorize(policy, request.user, "admin.config.read")
         async with database.session() as session:
             return await export_config(session)
-
-    @get("/tenants", operation_id="ListTenants")
-    async def tenants(
-        self,
-        request: Request[Identity, Any, Any],
-        database: NamedDependency[Database],
-        policy: NamedDependency[PolicyEngine],
-    ) -> list[TenantOut]:
-        await authorize(policy, request.user, "admin.tenants.list")
-        async with database.session() as session:
-            rows = await live_tenants(session)
-        return [TenantOut(t.name, t.display_name, list(t.queues)) for t in rows]
-
-    @delete(
-        "/tenants/{tenant:str}",
-        operation_id="DeleteTenant",
-        status_code=200,
-        summary="Delete a tenant: its keys revoked, principals disabled, pending work cancelled.",
-        responses=errors(404, 409),
-    )
-    async def remove_tenant(
-        self,
-        request: Request[Identity, Any, Any],
-        tenant: TenantName,
-        services: NamedDependency[Services],
-    ) -> TenantDeletedOut:
-        """Refused with 409 while the tenant has admitted or running workloads. Its
-        history stays; a config that names it again brings it back, without its keys."""
-        await authorize(services.policy, request.user, "admin.tenants.delete")
-        async with services.database.session() as session:
-            removal = await delete_tenant(session, tenant, actor=request.user.principal)
-        await services.reload_config()  # unknown to the policies, its cached keys gone
-        return TenantDeletedOut(
-            removal.name,
-            removal.keys_revoked,
-            removal.principals_disabled,
-            removal.workloads_cancelled,
-        )
 
     @post("/tenants/{tenant:str}/keys", operation_id="CreateApiKey", responses=errors(404))
     async def create_key(

@@ -22,12 +22,11 @@ from gateway.inference.catalog import refused_key_variable
 from gateway.openapi import errors
 from gateway.services import Services
 from gateway.settings import UpstreamKeyRule
-from quota.errors import ConfigError
-from tenants import parse_config
 from tenants.config_file import EndpointDoc, ModelDoc
 from tenants.model_checks import model_name_error
-from tenants.services import apply_config, export_config
-from tenants.services.objects import delete_object, get_object, put_object
+from tenants.services import export_config
+from tenants.services.config import serialize_config_changes
+from tenants.services.objects import delete_object, get_object, model_names, put_object
 
 __all__ = ["ModelController", "check_key_variables", "if_match_version"]
 
@@ -87,7 +86,10 @@ class ModelController(Controller):
         "/{path:path}",
         operation_id="PutModel",
         status_code=200,
-        responses=errors(404, 409, 412, 422),
+        responses=errors(404, 409, 412, 422, 428),
+        response_headers=[
+            ResponseHeader(name="ETag", description="The model's version.", documentation_only=True)
+        ],
     )
     async def put_model(
         self,
@@ -99,34 +101,41 @@ class ModelController(Controller):
             str | None,
             HeaderParameter(name="If-Match", min_length=1, max_length=100, required=False),
         ] = None,
-    ) -> dict[str, Any]:
-        """Create or replace one model (names may hold '/', as ``org/model``). With
-        ``If-Match``, only the version it names is replaced (412 if stale)."""
+    ) -> Response[dict[str, Any]]:
+        """Create one model (names may hold '/', as ``org/model``; 201), or replace it:
+        as every object's update, a replace names the version read in ``If-Match`` (412
+        if stale); without it, a model that exists is refused with 428, never
+        overwritten unseen."""
         await authorize(services.policy, request.user, "admin.models.write")
         name = _model_name(path)
-        entry = {"name": name, **msgspec.to_builtins(data)}
-        if if_match is not None:
-            model = ModelDoc(name, data.flavor, data.endpoints)
-            check_key_variables([model], services.settings.inference.key_rule)
-            async with services.database.session() as session:
-                changed = await put_object(
-                    session,
-                    "model",
-                    name,
-                    msgspec.to_builtins(data),
-                    actor=request.user.principal,
-                    expected=if_match_version(if_match),
+        expected = if_match_version(if_match) if if_match is not None else None
+        check_key_variables(
+            [ModelDoc(name, data.flavor, data.endpoints)], services.settings.inference.key_rule
+        )
+        async with services.database.session() as session:
+            # Held to the end: no other change between the check and the write.
+            await serialize_config_changes(session)
+            if expected is None and name in await model_names(session):
+                raise ApiError(
+                    428,
+                    "if_match_required",
+                    f"model {name!r} exists: If-Match is required to replace it; send the "
+                    "ETag (version) it was read with",
                 )
-            await services.reload_config()
-            return {**changed.spec, "version": changed.version}
-
-        def change(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            if any(m["name"] == name for m in models):
-                return [entry if m["name"] == name else m for m in models]
-            return [*models, entry]
-
-        await _change_models(services, request.user.principal, change)
-        return entry
+            changed = await put_object(
+                session,
+                "model",
+                name,
+                msgspec.to_builtins(data),
+                actor=request.user.principal,
+                expected=expected,
+            )
+        await services.reload_config()
+        return Response(
+            {**changed.spec, "version": changed.version},
+            status_code=201 if expected is None else 200,
+            headers=_etag(changed.version),
+        )
 
     @delete(
         "/{path:path}",
@@ -154,21 +163,6 @@ class ModelController(Controller):
             )
         await services.reload_config()
         return {"deleted": name}
-
-
-async def _change_models(services: Services, actor: str, change: Any) -> None:
-    """Read the stored config, change its models, apply it back in one transaction."""
-    async with services.database.session() as session:
-        stored = await export_config(session)
-        stored["models"] = change(stored["models"])
-        try:
-            config = parse_config(stored)
-        except ConfigError as err:  # names the field that is wrong
-            raise ApiError(409, "conflict", str(err)) from None
-        check_key_variables(config.models, services.settings.inference.key_rule)
-        report = await apply_config(session, config, actor=actor)
-    if report.changed:
-        await services.reload_config()
 
 
 def _model_name(path: PurePosixPath) -> str:

@@ -5,13 +5,16 @@ sharing, inference defaults), and the audit log.
 
 Every object answers its ``version`` (and an ``ETag``). An update or a delete names the
 version it read in ``If-Match``: a stale one is refused with 412, so two admins never
-overwrite each other unseen; an update without it is refused with 428 (a delete
-without it is allowed: there is nothing to overwrite). A delete is refused with 409,
-naming what still depends on the object. Changes go through the services a config
-apply uses (tenants.services.objects), so the rules and the audit are the same.
+overwrite each other unseen; an update without it is refused with 428, and so is a
+tenant's delete (it revokes every key of the tenant and cancels its pending work: too
+much to do on a name alone); another object's delete without it is allowed. A delete
+is refused with 409, naming what still depends on the object. Changes go through the
+services a config apply uses (tenants.services.objects), so the rules and the audit are
+the same.
 
-Only platform admins change anything here. A tenant admin reads its own tenant and
-its principals; nothing else (quota least of all).
+Only platform admins change anything here. A tenant admin reads its own tenant, its
+principals, and the audit entries about them (its keys and workloads too); nothing
+else (quota least of all).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from gateway.services import Services
 from quota.errors import QuotaError
 from tenants import parse_config
 from tenants.config_file import NAME_PATTERN
+from tenants.models import Tenant
 from tenants.services.access import PRINCIPAL_NAME
 from tenants.services.objects import (
     SETTINGS_FIELDS,
@@ -49,6 +53,7 @@ from tenants.services.objects import (
     create_principal,
     delete_object,
     delete_principal,
+    delete_tenant_object,
     get_object,
     get_principal,
     list_audit,
@@ -59,6 +64,7 @@ from tenants.services.objects import (
     read_settings,
     update_principal,
 )
+from tenants.services.tenants import live_tenants_page
 
 __all__ = ["ObjectController"]
 
@@ -99,6 +105,25 @@ class ObjectOut(msgspec.Struct):
 class ObjectPage(msgspec.Struct):
     items: list[ObjectOut]
     next_cursor: str | None
+
+
+class TenantOut(msgspec.Struct):
+    name: str
+    display_name: str
+    queues: list[str]
+    version: int
+
+
+class TenantPage(msgspec.Struct):
+    items: list[TenantOut]
+    next_cursor: str | None
+
+
+class TenantDeletedOut(msgspec.Struct):
+    name: str
+    keys_revoked: int
+    principals_disabled: int
+    workloads_cancelled: int
 
 
 class PrincipalIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -256,7 +281,54 @@ class ObjectController(AdminController):
         await services.reload_config()
         return {"deleted": name}
 
-    # --- tenants (their list and delete: gateway.admin.controllers) -----------------
+    # --- tenants -----------------------------------------------------------------------
+
+    @get("/tenants", operation_id="ListTenants", responses=errors(400))
+    async def tenants(
+        self,
+        request: Request[Identity, Any, Any],
+        services: NamedDependency[Services],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> TenantPage:
+        """The live tenants by name, a page at a time (``next_cursor``: the next page's
+        ``cursor``, null on the last)."""
+        await authorize(services.policy, request.user, "admin.tenants.list")
+        after = _decode_cursor(cursor, "t")
+        async with services.database.session() as session:
+            rows, last = await live_tenants_page(session, after=after, limit=limit)
+        return TenantPage([_tenant_out(t) for t in rows], _encode_cursor("t", last))
+
+    @delete(
+        "/tenants/{tenant:str}",
+        operation_id="DeleteTenant",
+        status_code=200,
+        summary="Delete a tenant: its keys revoked, principals disabled, pending work cancelled.",
+        responses=errors(404, 409, 412, 428),
+    )
+    async def remove_tenant(
+        self,
+        request: Request[Identity, Any, Any],
+        tenant: TenantName,
+        services: NamedDependency[Services],
+        if_match: IfMatch = None,
+    ) -> TenantDeletedOut:
+        """``If-Match`` (the version read) required. Refused with 409 while the tenant
+        has admitted or running workloads. Its history stays; a config that names it
+        again brings it back, without its keys."""
+        await authorize(services.policy, request.user, "admin.tenants.delete")
+        expected = _required_version(if_match, "a tenant's delete")
+        async with services.database.session() as session:
+            removal = await delete_tenant_object(
+                session, tenant, actor=request.user.principal, expected=expected
+            )
+        await services.reload_config()  # unknown to the policies, its cached keys gone
+        return TenantDeletedOut(
+            removal.name,
+            removal.keys_revoked,
+            removal.principals_disabled,
+            removal.workloads_cancelled,
+        )
 
     @get(
         "/tenants/{tenant:str}",
@@ -480,15 +552,23 @@ class ObjectController(AdminController):
         cursor: Cursor = None,
     ) -> AuditPage:
         """Who changed what, newest first; filters combine (time: ``since`` <= at <
-        ``until``, ISO 8601 with a zone)."""
-        await authorize(services.policy, request.user, "admin.audit.read")
+        ``until``, ISO 8601 with a zone). A platform admin reads every entry; a tenant
+        admin only those about its own tenant, its principals, keys and workloads: its
+        filters narrow that, and one naming another tenant finds nothing."""
+        identity = request.user
+        within: str | None = None
+        if identity.is_admin:
+            await authorize(services.policy, identity, "admin.audit.read")
+        else:
+            await authorize(services.policy, identity, "audit.read", identity.tenant)
+            within = identity.tenant
         for field, moment in (("since", since), ("until", until)):
             if moment is not None and moment.tzinfo is None:
                 raise ApiError(400, "invalid_request", f"{field}: give a time zone (Z or +hh:mm)")
         before_raw = _decode_cursor(cursor, "a")
         if before_raw is not None and not before_raw.isdigit():
             raise ApiError(400, "invalid_request", "cursor: not one this endpoint gave")
-        query = AuditQuery(actor, object_kind, name, action, tenant, since, until)
+        query = AuditQuery(actor, object_kind, name, action, tenant, since, until, within)
         async with services.database.session() as session:
             rows, last = await list_audit(
                 session,
@@ -559,6 +639,10 @@ def _tagged(found: ConfigObject, status: int = 200) -> Response[ObjectOut]:
     return Response(_out(found), status_code=status, headers={"ETag": _etag(found.version)})
 
 
+def _tenant_out(tenant: Tenant) -> TenantOut:
+    return TenantOut(tenant.name, tenant.display_name, list(tenant.queues), tenant.version)
+
+
 def _principal_out(record: PrincipalRecord) -> PrincipalOut:
     p = record.principal
     return PrincipalOut(
@@ -584,12 +668,12 @@ def _version(if_match: str) -> int:
     return if_match_version(if_match)
 
 
-def _required_version(if_match: str | None) -> int:
+def _required_version(if_match: str | None, what: str = "an update") -> int:
     if if_match is None:
         raise ApiError(
             428,
             "if_match_required",
-            "If-Match: required on an update; send the ETag (version) the object was read with",
+            f"If-Match: required on {what}; send the ETag (version) the object was read with",
         )
     return _version(if_match)
 

@@ -7,6 +7,7 @@ token travels to the next page once, in the session, never in a URL.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -263,12 +264,15 @@ class ConsoleController(Controller):
         api = self._api(request, session)
         here = "/console/dashboard"
         if session.platform_admin:
-            config = await api.get("/api/v1/admin/config")
+            month = datetime.now(UTC).strftime("%Y-%m")
+            # Three independent reads: each one's database round trips overlap the others'.
+            config, live, usage = await asyncio.gather(
+                api.get("/api/v1/admin/config"),
+                api.get("/api/v1/admin/queues"),
+                api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant"),
+            )
             if not config.ok:
                 return self._failed(request, session, config, here)
-            live = await api.get("/api/v1/admin/queues")
-            month = datetime.now(UTC).strftime("%Y-%m")
-            usage = await api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant")
             spent = _usage(usage.body, month, "tenant", form_too=False) if usage.ok else ""
             body = _quota_tables(config.body, live) + f"<h2>This month, per tenant</h2>{spent}"
         else:
@@ -316,8 +320,10 @@ class ConsoleController(Controller):
         if not session.platform_admin:
             return _redirect("/console/dashboard")
         api = self._api(request, session)
-        cohorts = await api.get("/api/v1/admin/cohorts", limit="500")
-        queues = await api.get("/api/v1/admin/queues", limit="500")
+        cohorts, queues = await asyncio.gather(
+            api.get("/api/v1/admin/cohorts", limit="500"),
+            api.get("/api/v1/admin/queues", limit="500"),
+        )
         if not cohorts.ok:
             return self._failed(request, session, cohorts, here)
         body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
@@ -386,25 +392,33 @@ class ConsoleController(Controller):
         return _page(session, "Audit log", body, here)
 
     @get("/tenants")
-    async def tenants(self, request: Request[Any, Any, Any]) -> Response[Any]:
+    async def tenants(
+        self, request: Request[Any, Any, Any], cursor: Cursor = None
+    ) -> Response[Any]:
         session = self._session(request)
         if session is None:
             return _redirect("/console/login")
+        here = "/console/tenants"
         if not session.platform_admin:
             return _redirect(f"/console/tenants/{session.tenant}")
-        answer = await self._api(request, session).get("/api/v1/admin/tenants")
+        params = {"limit": "100", **({"cursor": cursor} if cursor else {})}
+        answer = await self._api(request, session).get("/api/v1/admin/tenants", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/tenants")
+            return self._failed(request, session, answer, here)
         rows = [
             (
-                f'<a href="/console/tenants/{quote(t["name"])}">{esc(t["name"])}</a>',
+                f'<a href="/console/tenants/{quote(str(t.get("name")))}">{esc(t.get("name"))}</a>',
                 esc(t.get("display_name")),
                 esc(", ".join(t.get("queues", []))),
             )
-            for t in answer.body
+            for t in _items(answer.body)
         ]
-        body = table(["tenant", "display name", "queues"], rows, test_id="tenants")
-        return _page(session, "Tenants", body, "/console/tenants")
+        more = ""
+        if isinstance(answer.body, dict) and answer.body.get("next_cursor"):
+            query = urlencode({"cursor": answer.body["next_cursor"]})
+            more = f'<p><a href="{here}?{esc(query)}">next page</a></p>'
+        body = table(["tenant", "display name", "queues"], rows, test_id="tenants") + more
+        return _page(session, "Tenants", body, here)
 
     @get("/tenants/{tenant:str}")
     async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:

@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 # Audited kinds of change that alter what the policies read.
-CONFIG_KINDS = ("tenant", "cluster_queue", "cohort", "flavor", "setting", "model")
+CONFIG_KINDS = ("tenant", "cluster_queue", "cohort", "flavor", "setting", "model", "backend")
 # Audited kinds of change that alter which credentials are good (a revoked key).
 CREDENTIAL_KINDS = ("api_key",)
 

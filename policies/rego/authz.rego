@@ -25,6 +25,7 @@ tenant_actions := {
 	"live.read": {"tenant-admin"},
 	"tenants.read": {"tenant-admin"},
 	"principals.read": {"tenant-admin"},
+	"audit.read": {"tenant-admin"},
 }
 
 # The scope a key must hold for each action; every `admin.*` action needs "admin".
@@ -44,6 +45,7 @@ action_scopes := {
 	"live.read": "usage:read",
 	"tenants.read": "keys:read",
 	"principals.read": "keys:read",
+	"audit.read": "keys:read",
 }
 
 # Actions that spend a tenant's quota. Nobody, not even a platform admin, spends

@@ -370,7 +370,7 @@ test_tenant_admin_reads_live_state_of_own_tenant_only if {
 
 test_tenant_admin_reads_own_tenant_and_principals_only if {
 	tenants := fx.tenants
-	every action in ["tenants.read", "principals.read"] {
+	every action in ["tenants.read", "principals.read", "audit.read"] {
 		own := authz.decision with input.principal as fx.amy
 			with input.action as action
 			with input.resource as {"tenant": "acme"}

@@ -41,6 +41,7 @@ from tenants.services.charges import Prices
 from tenants.services.tenants import HOLDING_STATES, close_queues, delete_tenant, live_tenants
 
 __all__ = [
+    "BACKEND_VERSIONS",
     "HOLDING_STATES",
     "ApplyReport",
     "BackendConfig",
@@ -235,6 +236,12 @@ async def export_config(session: AsyncSession) -> dict[str, Any]:
 
 # Global quota settings ride in a reserved cohort row ("." is not a valid name).
 _SETTINGS_ROW = "."
+# Backends ride in it too, so their versions (name -> version) are kept in it.
+BACKEND_VERSIONS = "backend_versions"
+# The settings row's keys that the global settings object (its version) stands for;
+# backends and where each flavor runs have versions of their own (the backend's, the
+# flavor's), so changing them does not move it.
+_VERSIONED_SETTINGS = frozenset({"fair_sharing", "budget_period", "prices", "inference"})
 
 
 def _specs(docs: Sequence[msgspec.Struct]) -> dict[str, tuple[dict[str, Any], int]]:
@@ -317,18 +324,58 @@ async def _sync_setting(
 ) -> None:
     row = await session.get(CohortRow, _SETTINGS_ROW)
     if row is None:
-        session.add(CohortRow(name=_SETTINGS_ROW, spec=spec, position=-1))
+        versions = _backend_versions(session, actor, report, [], spec["backends"], {})
+        session.add(
+            CohortRow(name=_SETTINGS_ROW, spec={**spec, BACKEND_VERSIONS: versions}, position=-1)
+        )
         return
-    changed = sorted(
-        key for key in spec.keys() | row.spec.keys() if row.spec.get(key) != spec.get(key)
+    old = {key: value for key, value in row.spec.items() if key != BACKEND_VERSIONS}
+    changed = sorted(key for key in spec.keys() | old.keys() if old.get(key) != spec.get(key))
+    if not changed:
+        return
+    versions = _backend_versions(
+        session, actor, report, old.get("backends") or [], spec["backends"], row.spec
     )
-    if changed:
-        row.spec = spec
+    row.spec = {**spec, BACKEND_VERSIONS: versions}
+    if _VERSIONED_SETTINGS.intersection(changed):
         row.version += 1
-        session.add(row)
-        for key in changed:
-            _audit(session, actor, "update", "setting", key, {key: spec.get(key)})
-            report.updated.append(f"setting {key}")
+    session.add(row)
+    for key in changed:
+        if key == "backends":
+            continue  # audited per backend, above
+        _audit(session, actor, "update", "setting", key, {key: spec.get(key)})
+        report.updated.append(f"setting {key}")
+
+
+def _backend_versions(
+    session: AsyncSession,
+    actor: str,
+    report: ApplyReport,
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    stored: dict[str, Any],
+) -> dict[str, int]:
+    """Each backend's version after the change (a changed one's moves on, a new one's
+    is 1), and an audit entry per backend created, changed or removed."""
+    kept: dict[str, int] = dict(stored.get(BACKEND_VERSIONS) or {})
+    was = {b["name"]: b for b in before}
+    versions: dict[str, int] = {}
+    for backend in after:
+        name = backend["name"]
+        if name not in was:
+            versions[name] = 1
+            _audit(session, actor, "create", "backend", name, backend)
+            report.created.append(f"backend {name}")
+        elif was[name] != backend:
+            versions[name] = kept.get(name, 1) + 1
+            _audit(session, actor, "update", "backend", name, backend)
+            report.updated.append(f"backend {name}")
+        else:
+            versions[name] = kept.get(name, 1)
+    for name in sorted(was.keys() - versions.keys()):
+        _audit(session, actor, "delete", "backend", name, {})
+        report.deleted.append(f"backend {name}")
+    return versions
 
 
 async def _sync_tenants(

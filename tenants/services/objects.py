@@ -40,32 +40,41 @@ from tenants.models import (
 from tenants.models._base import utcnow
 from tenants.services.config import (
     _SETTINGS_ROW,
+    BACKEND_VERSIONS,
     ApplyReport,
     apply_config,
     export_config,
     serialize_config_changes,
 )
-from tenants.services.tenants import delete_tenant
+from tenants.services.tenants import TenantRemoval, delete_tenant
 
 __all__ = [
     "KINDS",
     "SETTINGS_FIELDS",
+    "TENANT_AUDIT_KINDS",
     "AuditQuery",
     "ConfigObject",
     "PrincipalRecord",
     "create_principal",
     "delete_object",
     "delete_principal",
+    "delete_tenant_object",
     "get_object",
     "get_principal",
     "list_audit",
     "list_objects",
     "list_principals",
+    "model_names",
     "put_object",
     "put_settings",
     "read_settings",
     "update_principal",
 ]
+
+# What a tenant admin may read of the audit log: entries about its own tenant's objects.
+# Quota objects, models, backends and settings are the platform's, whichever tenant
+# they serve.
+TENANT_AUDIT_KINDS = frozenset({"tenant", "principal", "api_key", "workload"})
 
 Kind = Literal["flavor", "cohort", "cluster_queue", "model", "backend", "tenant"]
 # Kind -> its section of the config document.
@@ -107,10 +116,15 @@ def _spec_of(kind: str, entry: Any) -> dict[str, Any]:
 
 
 async def _versions(session: AsyncSession, kind: str) -> dict[str, int]:
-    """Each object's version. Backends live in the settings row: theirs is its version."""
-    if kind == "backend":
+    """Each object's version. Backends live in the settings row, each with its own
+    version there (one from before versions were kept there: 1); the settings' version
+    is the row's."""
+    if kind in ("backend", "setting"):
         row = await session.get(CohortRow, _SETTINGS_ROW)
-        return {"*": row.version if row is not None else 1}
+        if kind == "setting":
+            return {"*": row.version if row is not None else 1}
+        kept = (row.spec.get(BACKEND_VERSIONS) if row is not None else None) or {}
+        return {**{str(k): int(v) for k, v in kept.items()}, "*": 1}
     table = _TABLES[kind]
     rows = await session.exec(select(table.name, table.version))
     return dict(rows.all())
@@ -143,6 +157,11 @@ async def get_object(session: AsyncSession, kind: str, name: str) -> ConfigObjec
             versions = await _versions(session, kind)
             return ConfigObject(kind, name, _version_of(versions, name), _spec_of(kind, entry))
     raise NotFoundError(f"{kind} {name!r} does not exist")
+
+
+async def model_names(session: AsyncSession) -> set[str]:
+    """The configured models' names (whether a PUT creates or replaces)."""
+    return set((await session.exec(select(ModelRow.name))).all())
 
 
 async def put_object(
@@ -189,20 +208,46 @@ async def delete_object(
     index = next((i for i, e in enumerate(section) if _name_of(e) == name), None)
     if index is None:
         raise NotFoundError(f"{kind} {name!r} does not exist")
+    if kind == "tenant":
+        removal = await delete_tenant_object(session, name, actor=actor, expected=expected)
+        return ApplyReport(deleted=[f"tenant {removal.name}"])
     if expected is not None:
         await _check_version(session, kind, name, expected)
     if (reason := _dependents(stored, kind, name)) is not None:
         raise ConflictError(f"{kind} {name!r} cannot be deleted: {reason}")
-    if kind == "tenant":
-        removal = await delete_tenant(session, name, actor=actor)
-        return ApplyReport(deleted=[f"tenant {removal.name}"])
     del section[index]
     return await _apply(session, stored, actor, kind, name, conflict=True)
 
 
+async def delete_tenant_object(
+    session: AsyncSession, name: str, *, actor: str, expected: int | None
+) -> TenantRemoval:
+    """Soft-delete one tenant (:func:`delete_tenant`), once ``expected``, if given, is
+    its current version; serialized with config changes, so the version checked is the
+    one deleted."""
+    await serialize_config_changes(session)
+    if expected is not None:
+        current = (
+            await session.exec(
+                select(Tenant.version).where(
+                    col(Tenant.name) == name, col(Tenant.deleted_at).is_(None)
+                )
+            )
+        ).first()
+        if current is None:
+            raise NotFoundError(f"tenant {name!r} does not exist")
+        if current != expected:
+            raise StaleVersionError(
+                f"tenant {name!r} is at version {current}, not {expected}: someone changed "
+                "it since it was read; read it again and retry",
+                current,
+            )
+    return await delete_tenant(session, name, actor=actor)
+
+
 async def read_settings(session: AsyncSession) -> ConfigObject:
     stored = await export_config(session)
-    versions = await _versions(session, "backend")
+    versions = await _versions(session, "setting")
     spec = {key: stored.get(key) for key in SETTINGS_FIELDS}
     spec["budget_period"] = stored.get("budget_period", "month")
     return ConfigObject("setting", "settings", versions["*"], spec)
@@ -214,7 +259,7 @@ async def put_settings(
     """Replace the global settings named in ``spec`` (the others stay)."""
     await serialize_config_changes(session)
     stored = await export_config(session)
-    await _check_version(session, "backend", "settings", expected)
+    await _check_version(session, "setting", "settings", expected)
     for key, value in spec.items():
         if value is None:
             stored.pop(key, None)
@@ -227,7 +272,7 @@ async def put_settings(
 async def _check_version(session: AsyncSession, kind: str, name: str, expected: int) -> None:
     current = _version_of(await _versions(session, kind), name)
     if current != expected:
-        what = "the global settings" if kind == "backend" else f"{kind} {name!r}"
+        what = "the global settings" if kind == "setting" else f"{kind} {name!r}"
         raise StaleVersionError(
             f"{what} is at version {current}, not {expected}: someone changed it since "
             "it was read; read it again and retry",
@@ -500,6 +545,9 @@ class AuditQuery:
     tenant: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # Set for a tenant admin: only entries of this tenant, of TENANT_AUDIT_KINDS; the
+    # filters above narrow that further, never widen it.
+    within_tenant: str | None = None
 
 
 async def list_audit(
@@ -517,6 +565,11 @@ async def list_audit(
     ):
         if value is not None:
             statement = statement.where(col(column) == value)
+    if query.within_tenant is not None:
+        statement = statement.where(
+            col(AuditEntry.tenant) == query.within_tenant,
+            col(AuditEntry.kind).in_(sorted(TENANT_AUDIT_KINDS)),
+        )
     if query.since is not None:
         statement = statement.where(col(AuditEntry.at) >= query.since)
     if query.until is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "close_queues",
     "delete_tenant",
     "live_tenants",
+    "live_tenants_page",
     "lock_live_tenant",
     "open_queues",
     "queue_closed_message",
@@ -51,6 +52,19 @@ async def live_tenants(session: AsyncSession) -> Sequence[Tenant]:
     """Every tenant not deleted, by name."""
     query = select(Tenant).where(col(Tenant.deleted_at).is_(None)).order_by(col(Tenant.name))
     return (await session.exec(query)).all()
+
+
+async def live_tenants_page(
+    session: AsyncSession, *, after: str | None, limit: int
+) -> tuple[Sequence[Tenant], str | None]:
+    """Live tenants by name after ``after``, at most ``limit``; and the name to continue
+    after, when there are more. Names are unique, so the order is stable across pages."""
+    query = select(Tenant).where(col(Tenant.deleted_at).is_(None))
+    if after is not None:
+        query = query.where(col(Tenant.name) > after)
+    rows = (await session.exec(query.order_by(col(Tenant.name)).limit(limit + 1))).all()
+    page = rows[:limit]
+    return page, (page[-1].name if len(rows) > limit else None)
 
 
 async def open_queues(session: AsyncSession) -> dict[str, frozenset[str]]:

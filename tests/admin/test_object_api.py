@@ -4,6 +4,7 @@ the audit log; who may do what; bad input."""
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -140,9 +141,12 @@ def test_a_tenant_is_created_read_updated_and_deleted(client: TestClient[Any]) -
     assert changed.status_code == 200, changed.text
     assert changed.json()["spec"]["queues"] == ["team-a", "team-b"]
     assert changed.json()["version"] == created.json()["version"] + 1
-    listed = client.get(f"{API}/tenants", headers=ADMIN).json()
+    listed = client.get(f"{API}/tenants", headers=ADMIN).json()["items"]
     assert "gamma" in [t["name"] for t in listed]
-    assert client.delete(f"{API}/tenants/gamma", headers=ADMIN).status_code == 200
+    gone = client.delete(
+        f"{API}/tenants/gamma", headers={**ADMIN, "If-Match": changed.headers["etag"]}
+    )
+    assert gone.status_code == 200, gone.text
     error_of(client.get(f"{API}/tenants/gamma", headers=ADMIN), 404)
 
 
@@ -368,10 +372,11 @@ def test_tenant_admins_and_members_may_not_change_anything_nor_see_other_tenants
             ("POST", f"{API}/tenants", {"name": "x"}),
             ("POST", f"{API}/tenants/alpha/principals", {"name": "x"}),
             ("PUT", f"{API}/settings", {"fair_sharing": True}),
-            ("GET", f"{API}/audit", None),
         ):
             response = client.request(method, path, json=body, headers={**who, **etag})
             error_of(response, 403)
+    # The audit log: a tenant admin reads its own tenant's entries (see below), a member none.
+    error_of(client.get(f"{API}/audit", headers=member), 403)
     error_of(client.get(f"{API}/tenants/alpha", headers=member), 403)
     error_of(client.get(f"{API}/tenants/alpha/principals", headers=member), 403)
 
@@ -419,7 +424,7 @@ def test_lists_are_paged_with_a_cursor(client: TestClient[Any]) -> None:
 def test_a_model_has_a_version_and_its_updates_if_match(client: TestClient[Any]) -> None:
     entry = {"flavor": "h100", "endpoints": [{"base_url": "http://127.0.0.1:9/v1"}]}
     made = client.put(f"{API}/models/org/m1", json=entry, headers=ADMIN)
-    assert made.status_code == 200, made.text
+    assert made.status_code == 201, made.text
     got = client.get(f"{API}/models/org/m1", headers=ADMIN)
     assert got.status_code == 200, got.text
     assert got.json()["name"] == "org/m1" and got.headers["etag"] == f'"{got.json()["version"]}"'
@@ -452,3 +457,228 @@ def test_a_backend_token_variable_the_operator_does_not_allow_is_422(
     body = error_of(client.post(f"{API}/config/backends", json=ray, headers=ADMIN), 422)
     assert "token_env" in body["message"] and "HOME" in body["message"]
     error_of(client.get(f"{API}/config/backends/ray-x", headers=ADMIN), 404)
+
+
+def test_tenants_are_listed_a_page_at_a_time_by_name(client: TestClient[Any]) -> None:
+    for name in ("delta", "gamma", "epsilon"):
+        made = client.post(f"{API}/tenants", json={"name": name, "queues": []}, headers=ADMIN)
+        assert made.status_code == 201, made.text
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        answer = client.get(f"{API}/tenants", params=params, headers=ADMIN)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        assert len(page["items"]) <= 2
+        assert all(isinstance(t["version"], int) for t in page["items"])
+        seen += [t["name"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["alpha", "beta", "delta", "epsilon", "gamma"]
+    # A tenant deleted between two pages is not shown, and the rest keep their order.
+    first = client.get(f"{API}/tenants", params={"limit": 2}, headers=ADMIN).json()
+    etag = client.get(f"{API}/tenants/delta", headers=ADMIN).headers["etag"]
+    assert (
+        client.delete(f"{API}/tenants/delta", headers={**ADMIN, "If-Match": etag}).status_code
+        == 200
+    )
+    rest = client.get(
+        f"{API}/tenants", params={"cursor": first["next_cursor"]}, headers=ADMIN
+    ).json()
+    assert [t["name"] for t in rest["items"]] == ["epsilon", "gamma"]
+    # Bounded, and only its own cursors: another list's (a name cursor) is refused.
+    for limit in (0, 501, 100000):
+        error_of(client.get(f"{API}/tenants", params={"limit": limit}, headers=ADMIN), 400)
+    queues = client.get(f"{API}/config/cluster-queues", params={"limit": 1}, headers=ADMIN)
+    other = queues.json()["next_cursor"]
+    for cursor in ("!!!", other, "dDo"):
+        error_of(client.get(f"{API}/tenants", params={"cursor": cursor}, headers=ADMIN), 400)
+    tenant_admin = bearer(key_for(client, "alpha", ["tenant-admin"]))
+    error_of(client.get(f"{API}/tenants", headers=tenant_admin), 403)
+
+
+def test_a_tenant_delete_needs_the_version_it_read(client: TestClient[Any]) -> None:
+    read = client.get(f"{API}/tenants/beta", headers=ADMIN)
+    body = error_of(client.delete(f"{API}/tenants/beta", headers=ADMIN), 428)
+    assert body["code"] == "if_match_required"
+    changed = client.put(
+        f"{API}/tenants/beta",
+        json={"queues": ["team-b"]},
+        headers={**ADMIN, "If-Match": read.headers["etag"]},
+    )
+    assert changed.status_code == 200, changed.text
+    stale = client.delete(
+        f"{API}/tenants/beta", headers={**ADMIN, "If-Match": read.headers["etag"]}
+    )
+    error_of(stale, 412)
+    assert stale.headers["etag"] == changed.headers["etag"]
+    error_of(client.delete(f"{API}/tenants/beta", headers={**ADMIN, "If-Match": "soon"}), 400)
+    # Refused, nothing happened: beta is there, its key works.
+    member = bearer(key_for(client, "beta"))
+    assert client.get("/api/v1/workloads", headers=member).status_code == 200
+    assert client.get(f"{API}/tenants/beta", headers=ADMIN).status_code == 200
+    gone = client.delete(
+        f"{API}/tenants/beta", headers={**ADMIN, "If-Match": changed.headers["etag"]}
+    )
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["keys_revoked"] == 1
+    error_of(client.delete(f"{API}/tenants/beta", headers={**ADMIN, "If-Match": '"9"'}), 404)
+
+
+def test_a_model_put_creates_when_absent_and_replaces_only_with_if_match(
+    client: TestClient[Any],
+) -> None:
+    entry = {"flavor": "h100", "endpoints": [{"base_url": "http://127.0.0.1:9/v1"}]}
+    made = client.put(f"{API}/models/org/m2", json=entry, headers=ADMIN)
+    assert made.status_code == 201, made.text
+    assert made.json()["version"] == 1 and made.headers["etag"] == '"1"'
+    other = {**entry, "endpoints": [{"base_url": "http://127.0.0.1:10/v1"}]}
+    # A second admin, unaware of the first, PUTs the same name: refused, not overwritten.
+    body = error_of(client.put(f"{API}/models/org/m2", json=other, headers=ADMIN), 428)
+    assert body["code"] == "if_match_required"
+    got = client.get(f"{API}/models/org/m2", headers=ADMIN).json()
+    assert got["endpoints"][0]["base_url"] == "http://127.0.0.1:9/v1" and got["version"] == 1
+    error_of(
+        client.put(f"{API}/models/org/m2", json=other, headers={**ADMIN, "If-Match": '"7"'}), 412
+    )
+    replaced = client.put(f"{API}/models/org/m2", json=other, headers={**ADMIN, "If-Match": '"1"'})
+    assert replaced.status_code == 200, replaced.text
+    assert replaced.json()["version"] == 2 and replaced.headers["etag"] == '"2"'
+    # If-Match on a model that does not exist: 404, nothing made.
+    error_of(
+        client.put(f"{API}/models/org/none", json=entry, headers={**ADMIN, "If-Match": '"1"'}), 404
+    )
+    error_of(client.get(f"{API}/models/org/none", headers=ADMIN), 404)
+    actions = [
+        e["action"]
+        for e in client.get(
+            f"{API}/audit", params={"kind": "model", "name": "org/m2"}, headers=ADMIN
+        ).json()["items"]
+    ]
+    assert actions == ["update", "create"]
+
+
+def test_a_tenant_admin_reads_only_its_own_tenants_audit_entries(client: TestClient[Any]) -> None:
+    """alpha's tenant admin tries every filter that could reach beta's entries or the
+    platform's: it gets alpha's entries only, or nothing."""
+    alpha_admin = bearer(key_for(client, "alpha", ["tenant-admin"]))
+    beta_admin = bearer(key_for(client, "beta", ["tenant-admin"]))
+    beta_key = client.post(
+        f"{API}/tenants/beta/keys", json={"principal": "beta-ci"}, headers=beta_admin
+    ).json()["key_id"]
+    client.post(f"{API}/tenants/beta/principals", json={"name": "beta-robot"}, headers=ADMIN)
+    client.post(f"{API}/config/flavors", json={"name": "a100"}, headers=ADMIN)
+    alpha_member = key_for(client, "alpha")  # principal alpha-bot again: a member key
+
+    def audit(who: dict[str, str], **params: Any) -> list[dict[str, Any]]:
+        answer = client.get(f"{API}/audit", params=params, headers=who)
+        assert answer.status_code == 200, answer.text
+        items: list[dict[str, Any]] = answer.json()["items"]
+        return items
+
+    everything = audit(ADMIN, limit=500)
+    assert {e["tenant"] for e in everything} >= {"alpha", "beta", None}
+    mine = audit(alpha_admin, limit=500)
+    assert mine and {e["tenant"] for e in mine} == {"alpha"}
+    assert {e["kind"] for e in mine} <= {"tenant", "principal", "api_key", "workload"}
+    assert ("api_key", "create") in {(e["kind"], e["action"]) for e in mine}
+    assert [e["id"] for e in mine] == [e["id"] for e in everything if e["tenant"] == "alpha"]
+    for hostile in (
+        {"tenant": "beta"},
+        {"tenant": "beta", "kind": "api_key"},
+        {"name": "beta"},
+        {"name": beta_key},
+        {"name": "beta-robot"},
+        {"kind": "flavor"},
+        {"kind": "cluster_queue"},
+        {"kind": "setting"},
+        {"kind": "backend"},
+        {"name": "a100"},
+        {"actor": "bootstrap-admin", "tenant": "beta"},
+        {"tenant": ""},
+    ):
+        assert audit(alpha_admin, **hostile) == [], hostile
+    # Paging within its own entries never steps into another tenant's.
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"{API}/audit", params=params, headers=alpha_admin).json()
+        seen += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [e["id"] for e in seen] == [e["id"] for e in mine]
+    # A cursor pointing past beta's newest entry still yields alpha's only.
+    newest_beta = max(e["id"] for e in everything if e["tenant"] == "beta")
+    forged = base64.urlsafe_b64encode(f"a:{newest_beta + 1}".encode()).decode().rstrip("=")
+    assert {e["tenant"] for e in audit(alpha_admin, cursor=forged)} <= {"alpha"}
+    # beta's admin sees beta's, not alpha's; a member sees none.
+    assert {e["tenant"] for e in audit(beta_admin)} == {"beta"}
+    error_of(client.get(f"{API}/audit", headers=bearer(alpha_member)), 403)
+
+
+def test_each_backend_has_its_own_version_apart_from_the_settings(
+    client: TestClient[Any],
+) -> None:
+    ray = {"name": "ray-east", "kind": "ray", "url": "http://127.0.0.1:8265"}
+    slurm = {
+        "name": "hpc",
+        "kind": "slurm",
+        "url": "http://127.0.0.1:6820",
+        "token_env": "IGNARA_SLURM_TOKEN",
+    }
+    for spec in (ray, slurm):
+        made = client.post(f"{API}/config/backends", json=spec, headers=ADMIN)
+        assert made.status_code == 201, made.text
+        assert made.json()["version"] == 1
+    settings = client.get(f"{API}/settings", headers=ADMIN).headers["etag"]
+    hpc = client.get(f"{API}/config/backends/hpc", headers=ADMIN).headers["etag"]
+    changed = client.put(
+        f"{API}/config/backends/ray-east",
+        json={**ray, "url": "http://127.0.0.1:8266"},
+        headers={**ADMIN, "If-Match": '"1"'},
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["version"] == 2
+    # The other backend and the settings did not move: their ETags still work.
+    assert client.get(f"{API}/config/backends/hpc", headers=ADMIN).headers["etag"] == hpc
+    assert client.get(f"{API}/settings", headers=ADMIN).headers["etag"] == settings
+    moved = client.put(
+        f"{API}/config/backends/hpc",
+        json={**slurm, "url": "http://127.0.0.1:6821"},
+        headers={**ADMIN, "If-Match": hpc},
+    )
+    assert moved.status_code == 200 and moved.json()["version"] == 2, moved.text
+    fair = client.put(
+        f"{API}/settings", json={"fair_sharing": True}, headers={**ADMIN, "If-Match": settings}
+    )
+    assert fair.status_code == 200, fair.text
+    # A settings change moves no backend's version; a stale backend version is 412.
+    assert client.get(f"{API}/config/backends/ray-east", headers=ADMIN).json()["version"] == 2
+    error_of(
+        client.put(
+            f"{API}/config/backends/ray-east", json=ray, headers={**ADMIN, "If-Match": '"1"'}
+        ),
+        412,
+    )
+    listed = client.get(f"{API}/config/backends", headers=ADMIN).json()["items"]
+    assert {b["name"]: b["version"] for b in listed} == {"hpc": 2, "ray-east": 2}
+    # Each change is audited as the backend's own.
+    entries = client.get(
+        f"{API}/audit", params={"kind": "backend", "name": "ray-east"}, headers=ADMIN
+    ).json()["items"]
+    assert [e["action"] for e in entries] == ["update", "create"]
+    # A config apply that changes one backend moves that one's version only.
+    config = client.get(f"{API}/config", headers=ADMIN).json()
+    config["backends"] = [
+        {**b, "url": "http://127.0.0.1:6999"} if b["name"] == "hpc" else b
+        for b in config["backends"]
+    ]
+    assert client.post(f"{API}/config", json=config, headers=ADMIN).status_code == 201
+    listed = client.get(f"{API}/config/backends", headers=ADMIN).json()["items"]
+    assert {b["name"]: b["version"] for b in listed} == {"hpc": 3, "ray-east": 2}
+    removed = client.delete(f"{API}/config/backends/hpc", headers={**ADMIN, "If-Match": '"3"'})
+    assert removed.status_code == 200, removed.text

@@ -111,7 +111,10 @@ async def test_the_other_replica_refuses_at_once(gateways: list[str]) -> None:
         assert await call(b, beta, "POST", "/v1/chat/completions", chat(), **through_a) == 200
 
         # alpha deleted through a.
-        deleted = await http.delete(f"{a}/api/v1/admin/tenants/alpha", headers=admin)
+        etag = (await http.get(f"{a}/api/v1/admin/tenants/alpha", headers=admin)).headers["etag"]
+        deleted = await http.delete(
+            f"{a}/api/v1/admin/tenants/alpha", headers={**admin, "If-Match": etag}
+        )
         assert deleted.status_code == 200, deleted.text
         assert await soon(lambda: call(b, alpha, "GET", "/api/v1/workloads"), {401}) == 401
         assert await call(b, beta, "GET", "/api/v1/workloads") == 200

@@ -47,7 +47,7 @@ async def test_a_model_put_through_the_api_is_served_and_a_deleted_one_is_gone(
     body = {"flavor": "llama", "endpoints": [{"base_url": gateway.upstream.base_url}]}
     async with httpx.AsyncClient(base_url=gateway.url, headers=ADMIN) as http:
         put = await http.put("/api/v1/admin/models/org/new-model", json=body)
-        assert put.status_code == 200, put.text
+        assert put.status_code == 201, put.text
         answer = await client.chat.completions.create(model="org/new-model", messages=CHAT)
         assert answer.choices[0].message.content
         gone = await http.delete("/api/v1/admin/models/org/new-model")
@@ -63,11 +63,11 @@ async def test_a_model_put_through_the_api_is_served_and_a_deleted_one_is_gone(
 @pytest.mark.parametrize(
     ("path", "body", "status"),
     [
-        ("/api/v1/admin/models/x", {"flavor": "nope", "endpoints": []}, 409),
+        ("/api/v1/admin/models/x", {"flavor": "nope", "endpoints": []}, 422),
         (
             "/api/v1/admin/models/x",
             {"flavor": "llama", "endpoints": [{"base_url": "ftp://h"}]},
-            409,
+            422,
         ),
         ("/api/v1/admin/models/x", {"flavor": "llama"}, 400),
         ("/api/v1/admin/models/-bad", {"flavor": "llama", "endpoints": []}, 400),

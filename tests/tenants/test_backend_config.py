@@ -150,7 +150,7 @@ async def test_backends_are_stored_exported_and_applied_idempotently(database: D
     async with database.session() as session:
         again = await apply_config(session, parse_config(exported), actor="test")
     assert not again.changed, again.summary()
-    # A changed backend is a change, audited as a setting.
+    # A changed backend is a change, audited as that backend's.
     async with database.session() as session:
         changed = await apply_config(session, parse_config(with_hpc(partition="gpu")), actor="t")
-    assert "setting backends" in changed.updated
+    assert changed.updated == ["backend hpc"], changed.summary()
