@@ -17,7 +17,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.oidc import ConsoleOidc, OidcController
-from gateway.console.pages import COOKIE, ConsoleController, check_csrf
+from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
 from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
 from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
 from gateway.services import oidc_verifier
@@ -89,9 +89,9 @@ def console_router(
         before_request=check_csrf,
         opt={
             "exclude_from_auth": True,
-            "console_sessions": store or MemorySessionStore(),
-            "console_throttle": throttle or MemoryThrottle(),
-            "console_oidc": oidc,
+            "console": ConsoleParts(
+                store or MemorySessionStore(), throttle or MemoryThrottle(), oidc
+            ),
         },
         include_in_schema=False,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Annotated, Any
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COOKIE",
     "ConsoleController",
+    "ConsoleParts",
     "check_csrf",
     "console_role",
     "oidc_of",
@@ -78,11 +80,29 @@ LastEventId = Annotated[
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleParts:
+    """What the console's routes share: the session store, the sign-in throttle and the
+    OIDC sign-in (or ``None``). :func:`gateway.console.console_router` puts it in the
+    routes' ``opt``; Litestar deep-copies a router as it registers it, and these hold
+    connections and locks: a copy is the same parts."""
+
+    sessions: SessionStore
+    throttle: SignInThrottle
+    oidc: ConsoleOidc | None = None
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ConsoleParts:
+        return self
+
+
+def _parts(request: Request[Any, Any, Any]) -> ConsoleParts:
+    parts: ConsoleParts = request.route_handler.opt["console"]
+    return parts
+
+
 def sessions_of(request: Request[Any, Any, Any]) -> SessionStore:
-    """The console's session store, which :func:`gateway.console.console_router` puts in
-    its routes' ``opt``."""
-    store: SessionStore = request.route_handler.opt["console_sessions"]
-    return store
+    """The console's session store."""
+    return _parts(request).sessions
 
 
 def console_role(identity: Identity) -> bool:
@@ -92,15 +112,13 @@ def console_role(identity: Identity) -> bool:
 
 
 def throttle_of(request: Request[Any, Any, Any]) -> SignInThrottle:
-    """The console's sign-in throttle (in the routes' ``opt`` too)."""
-    throttle: SignInThrottle = request.route_handler.opt["console_throttle"]
-    return throttle
+    """The console's sign-in throttle."""
+    return _parts(request).throttle
 
 
 def oidc_of(request: Request[Any, Any, Any]) -> ConsoleOidc | None:
     """The console's OIDC sign-in, when one is configured."""
-    oidc: ConsoleOidc | None = request.route_handler.opt.get("console_oidc")
-    return oidc
+    return _parts(request).oidc
 
 
 def _html(page: str, status: int = 200) -> Response[str]:
