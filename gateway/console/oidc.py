@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import httpx
+from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2.rfc6749.errors import OAuth2Error
 from litestar import Controller, Request, Response, get
@@ -189,12 +190,12 @@ class ConsoleOidc:
                     code_verifier=verifier,
                     redirect_uri=redirect_uri,
                 )
-            except OAuth2Error as err:
+            except (OAuth2Error, OAuthError) as err:
                 raise OidcSignInError(
                     f"The provider refused the code ({err.error or 'error'})."
                 ) from err
-            except httpx.HTTPError as err:
-                raise OidcSignInError("The sign-in provider cannot be reached.", 502) from err
+            except (httpx.HTTPError, ValueError) as err:  # no answer, or not a token's
+                raise OidcSignInError("The sign-in provider did not redeem the code.", 502) from err
         id_token = token.get("id_token") if isinstance(token, dict) else None
         if not isinstance(id_token, str):
             raise OidcSignInError("The provider sent no ID token.")
