@@ -227,4 +227,3 @@ async def test_without_oidc_there_is_no_button_and_no_flow(settings: Settings) -
         assert "Sign in with" not in (await client.get("/console/login")).text
         assert (await client.get("/console/oidc/login")).status_code == 404
         assert (await client.get("/console/oidc/callback?code=x&state=y")).status_code == 404
-
