@@ -14,7 +14,7 @@ from gateway.admin import ModelController
 from gateway.admin.live import LiveController
 from gateway.admin.objects import ObjectController
 from gateway.auth import auth_middleware
-from gateway.console import console_router
+from gateway.console import gateway_console
 from gateway.errors import exception_handlers
 from gateway.health import HealthController
 from gateway.inference.controllers import InferenceController
@@ -69,6 +69,7 @@ class GatewayApp(Litestar):
 
 def create_app(settings: Settings | None = None) -> GatewayApp:
     services = Services.build(settings or Settings.from_env())
+    console, console_closers = gateway_console(services.settings, services.database)
     return GatewayApp(
         inference_routes=InferenceRoutes(
             services.authenticator,
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             ObjectController,  # with AdminController's routes
             UsageController,
             InferenceController,
-            console_router(),
+            console,
         ],
         dependencies={
             "database": Provide(lambda: services.database, sync_to_thread=False),
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         request_class=GatewayRequest,
         openapi_config=openapi_config(),
         on_startup=[describe_api],
+        on_shutdown=console_closers,
         # "outages": the exception handlers count database outages there (gateway.errors).
         state=State({"services": services, "outages": services.outages}),
     )

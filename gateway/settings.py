@@ -203,6 +203,28 @@ class InferenceSettings:
 
 
 @dataclass(frozen=True)
+class ConsoleSettings:
+    # A console session unused this long ends (IGNARA_CONSOLE_IDLE_SECONDS), and
+    # however busy, this long after sign-in (IGNARA_CONSOLE_SESSION_SECONDS).
+    idle_seconds: float = 30 * 60
+    lifetime_seconds: float = 8 * 3600
+    # Failed sign-ins allowed per client address and per key in each window
+    # (IGNARA_CONSOLE_SIGNIN_FAILURES per IGNARA_CONSOLE_SIGNIN_WINDOW seconds).
+    sign_in_failures: int = 5
+    sign_in_window: float = 60.0
+    # Sign-in through the OIDC issuer of OIDC_ISSUER (authorization code with PKCE),
+    # offered when a client id is set (OIDC_CONSOLE_CLIENT_ID; OIDC_CONSOLE_CLIENT_SECRET
+    # for a confidential client). The button says "Sign in with <OIDC_CONSOLE_PROVIDER>";
+    # the provider sends the browser back to OIDC_CONSOLE_REDIRECT_URI, by default
+    # <the URL the console was reached at>/console/oidc/callback.
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = field(default=None, repr=False)
+    oidc_provider_name: str = "OIDC"
+    oidc_redirect_uri: str | None = None
+    oidc_scopes: str = "openid profile email"
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings
     database: DatabaseSettings
@@ -211,6 +233,7 @@ class Settings:
     policy: PolicySettings = PolicySettings()
     inference: InferenceSettings = InferenceSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -305,6 +328,33 @@ class Settings:
                     AdmissionSettings.estimate_interval,
                     positive=True,
                 ),
+            ),
+            console=ConsoleSettings(
+                idle_seconds=_seconds(
+                    env, "IGNARA_CONSOLE_IDLE_SECONDS", ConsoleSettings.idle_seconds, positive=True
+                ),
+                lifetime_seconds=_seconds(
+                    env,
+                    "IGNARA_CONSOLE_SESSION_SECONDS",
+                    ConsoleSettings.lifetime_seconds,
+                    positive=True,
+                ),
+                sign_in_failures=_whole(
+                    env, "IGNARA_CONSOLE_SIGNIN_FAILURES", ConsoleSettings.sign_in_failures
+                ),
+                sign_in_window=_seconds(
+                    env,
+                    "IGNARA_CONSOLE_SIGNIN_WINDOW",
+                    ConsoleSettings.sign_in_window,
+                    positive=True,
+                ),
+                oidc_client_id=env.get("OIDC_CONSOLE_CLIENT_ID") or None,
+                oidc_client_secret=env.get("OIDC_CONSOLE_CLIENT_SECRET") or None,
+                oidc_provider_name=(
+                    env.get("OIDC_CONSOLE_PROVIDER") or ConsoleSettings.oidc_provider_name
+                ),
+                oidc_redirect_uri=env.get("OIDC_CONSOLE_REDIRECT_URI") or None,
+                oidc_scopes=env.get("OIDC_CONSOLE_SCOPES") or ConsoleSettings.oidc_scopes,
             ),
         )
 

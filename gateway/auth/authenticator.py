@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from gateway.auth.actor import SessionActor, keyed_fingerprint, secret_fingerprint
 from gateway.auth.errors import (
     ExpiredApiKeyError,
     InvalidApiKeyError,
@@ -138,6 +139,92 @@ class Authenticator:
             return await self._oidc.verify_token(token)
         raise InvalidCredentialsError()
 
+    async def sign_in(self, token: str) -> tuple[Identity, SessionActor]:
+        """The identity behind a bearer token (as :meth:`authenticate_token`) and the
+        reference a console session keeps instead of the token: an API key's id and
+        which of its secrets matched, or the bootstrap key's keyed fingerprint. OIDC
+        access tokens do not sign in here (the console has its own OIDC sign-in)."""
+        identity = await self.authenticate_token(token)
+        if identity.via == "bootstrap":
+            return identity, SessionActor(
+                kind="bootstrap",
+                principal=identity.principal,
+                tenant=identity.tenant,
+                roles=identity.roles,
+                fingerprint=self._bootstrap_fingerprint(),
+            )
+        if identity.via != "api-key" or identity.key_id is None:
+            raise InvalidCredentialsError("Sign in with an API key.")
+        parsed = parse_api_key(token)
+        stored = await self._api_keys.get(identity.key_id) if self._api_keys else None
+        if parsed is None or stored is None:
+            raise InvalidApiKeyError()
+        matched = (
+            stored.secret_hash
+            if verify_secret(parsed.secret, stored.secret_hash, self._pepper)
+            else stored.previous_secret_hash
+        )
+        if matched is None:
+            raise InvalidApiKeyError()
+        return identity, SessionActor(
+            kind="api-key",
+            principal=identity.principal,
+            tenant=identity.tenant,
+            roles=identity.roles,
+            key_id=stored.key_id,
+            fingerprint=secret_fingerprint(matched),
+        )
+
+    async def authenticate_actor(self, actor: SessionActor) -> Identity:
+        """The identity a console session acts as, checked now as a bearer token would
+        be: the key still exists, is neither revoked nor expired, and the secret that
+        signed in is still its secret (or a rotation's old one in its grace)."""
+        if actor.kind == "bootstrap":
+            if self._bootstrap_digest is None or not hmac.compare_digest(
+                actor.fingerprint or "", self._bootstrap_fingerprint()
+            ):
+                raise InvalidCredentialsError("The bootstrap admin key has changed.")
+            return Identity(
+                tenant=ANY_TENANT,
+                principal=BOOTSTRAP_PRINCIPAL,
+                roles=frozenset({ADMIN}),
+                scopes=scopes_for({ADMIN}, platform=True),
+                via="bootstrap",
+            )
+        if actor.kind == "oidc":
+            if self._oidc is None:
+                raise InvalidCredentialsError("This gateway no longer accepts OIDC sign-ins.")
+            return Identity(
+                tenant=actor.tenant,
+                principal=actor.principal,
+                roles=actor.roles,
+                scopes=actor.scopes,
+                via="oidc",
+            )
+        if actor.key_id is None or self._api_keys is None:
+            raise InvalidApiKeyError()
+        stored = await self._api_keys.get(actor.key_id)
+        if stored is None:
+            raise InvalidApiKeyError()
+        now = self._clock()
+        if not _fingerprint_matches(actor.fingerprint or "", stored, now):
+            raise InvalidApiKeyError()
+        _check_usable(stored, now)
+        await self._api_keys.touch(stored.key_id, now)
+        return Identity(
+            tenant=stored.tenant,
+            principal=stored.principal,
+            roles=stored.roles,
+            scopes=stored.scopes,
+            via="api-key",
+            key_id=stored.key_id,
+        )
+
+    def _bootstrap_fingerprint(self) -> str:
+        # Keyed with the pepper: the database holds sessions, and must not let anyone
+        # test guesses of the bootstrap key against them.
+        return keyed_fingerprint(self._pepper or b"-", self._bootstrap_digest or b"")
+
     async def aclose(self) -> None:
         """Release the OIDC verifier's HTTP client, if any."""
         if self._oidc is not None:
@@ -185,6 +272,19 @@ def _secret_matches(secret: str, stored: StoredKey, now: datetime, pepper: bytes
         and now < _as_utc(stored.previous_valid_until)
     )
     return current or (previous and in_grace)
+
+
+def _fingerprint_matches(fingerprint: str, stored: StoredKey, now: datetime) -> bool:
+    """Whether the secret a session signed in with is still one the key accepts."""
+    if hmac.compare_digest(fingerprint, secret_fingerprint(stored.secret_hash)):
+        return True
+    previous = stored.previous_secret_hash
+    return (
+        previous is not None
+        and stored.previous_valid_until is not None
+        and now < _as_utc(stored.previous_valid_until)
+        and hmac.compare_digest(fingerprint, secret_fingerprint(previous))
+    )
 
 
 def _check_usable(stored: StoredKey, now: datetime) -> None:

@@ -30,6 +30,7 @@ from litestar.middleware import (
 from litestar.middleware._utils import should_bypass_middleware
 from litestar.types import ASGIApp, Message, Method, Receive, Scope, Scopes, Send
 
+from gateway.auth.actor import ACTOR_SCOPE_KEY, SessionActor
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.errors import (
     AuthenticationError,
@@ -100,6 +101,12 @@ class AuthenticationMiddleware(AbstractAuthenticationMiddleware):
         await self.app(scope, receive, send)
 
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:  # type: ignore[type-arg]
+        # A console session's call, made in-process (gateway.auth.actor): no network
+        # request's scope can carry this key.
+        actor = connection.scope.get(ACTOR_SCOPE_KEY)
+        if isinstance(actor, SessionActor):
+            identity = await self.authenticator.authenticate_actor(actor)
+            return AuthenticationResult(user=identity, auth=identity.via)
         values = connection.headers.getall("authorization", [])
         identity = await self.authenticator.authenticate(one_authorization(values))
         return AuthenticationResult(user=identity, auth=identity.via)

@@ -376,6 +376,12 @@ class OidcVerifier:
 
     async def verify_token(self, token: str) -> Identity:
         """The identity a valid token carries; raises an ``InvalidTokenError`` otherwise."""
+        return self.identity_of(await self.verified_claims(token))
+
+    async def verified_claims(self, token: str, *, audience: str | None = None) -> dict[str, Any]:
+        """A valid token's claims, checked as :meth:`verify_token` checks them; for
+        ``audience`` rather than the configured one when given (an ID token is for the
+        client that asked for it)."""
         if len(token) > self.settings.max_token_bytes:
             raise TokenTooLargeError()
         if not looks_like_jwt(token):
@@ -399,19 +405,19 @@ class OidcVerifier:
         if not verified:
             raise InvalidTokenError("The access token's signature does not verify.")
         claims = _claims_object(signed.payload)
-        self._validate_claims(claims)
-        return self._identity(claims)
+        self._validate_claims(claims, audience or self.settings.audience)
+        return claims
 
     async def aclose(self) -> None:
         await self.jwks.aclose()
 
-    def _validate_claims(self, claims: dict[str, Any]) -> None:
+    def _validate_claims(self, claims: dict[str, Any], audience: str) -> None:
         now = int(self._now())
         registry = JWTClaimsRegistry(
             now=now,
             leeway=self.settings.leeway_seconds,
             iss={"essential": True, "value": self.settings.issuer},
-            aud={"essential": True, "value": self.settings.audience},
+            aud={"essential": True, "value": audience},
             exp={"essential": True},
             sub={"essential": True},
         )
@@ -425,7 +431,9 @@ class OidcVerifier:
         if claims["exp"] > latest:
             raise InvalidTokenError("The access token's expiry is implausibly far in the future.")
 
-    def _identity(self, claims: Mapping[str, Any]) -> Identity:
+    def identity_of(self, claims: Mapping[str, Any]) -> Identity:
+        """The identity verified claims map to: tenant, roles and scopes from the
+        configured claims (an ``admin`` role grants nothing: see :class:`OidcSettings`)."""
         settings = self.settings
         tenant = _claim(claims, settings.tenant_claim)
         if not isinstance(tenant, str) or not _TENANT_RE.fullmatch(tenant):

@@ -9,16 +9,22 @@ Content-Security-Policy; every change needs the session's CSRF token.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from litestar import Router
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.console.pages import COOKIE, ConsoleController, check_csrf
-from gateway.console.sessions import SessionStore
+from gateway.console.oidc import ConsoleOidc, OidcController
+from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
+from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
+from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
+from gateway.services import oidc_verifier
+from gateway.settings import Settings
+from tenants import Database
 
-__all__ = ["COOKIE", "CSP", "STATIC", "console_router"]
+__all__ = ["COOKIE", "CSP", "STATIC", "console_router", "gateway_console"]
 
 STATIC = Path(__file__).parent / "static"
 """The console's own CSS and JS, and under vendor/ the pinned front-end packages
@@ -63,16 +69,72 @@ def _secured(app: ASGIApp) -> ASGIApp:
     return secured
 
 
-def console_router(store: SessionStore | None = None) -> Router:
-    """The ``/console`` routes, with their own session store (in memory)."""
+def console_router(
+    store: SessionStore | None = None,
+    *,
+    throttle: SignInThrottle | None = None,
+    oidc: ConsoleOidc | None = None,
+) -> Router:
+    """The ``/console`` routes, with their session store and sign-in throttle (this
+    process's memory unless given: the gateway gives its database's, and Redis's when
+    it has one) and, when configured, the OIDC sign-in."""
     return Router(
         path="/console",
         route_handlers=[
             ConsoleController,
+            OidcController,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],
         middleware=[_secured],
         before_request=check_csrf,
-        opt={"exclude_from_auth": True, "console_sessions": store or SessionStore()},
+        opt={
+            "exclude_from_auth": True,
+            "console": ConsoleParts(
+                store or MemorySessionStore(), throttle or MemoryThrottle(), oidc
+            ),
+        },
         include_in_schema=False,
     )
+
+
+def gateway_console(
+    settings: Settings, database: Database
+) -> tuple[Router, list[Callable[[], Awaitable[None]]]]:
+    """The console as the gateway runs it: sessions and the sign-in throttle in the
+    database (Redis for the throttle when ``REDIS_URL`` is set), so every replica shares
+    them, and OIDC sign-in when a console client is configured. Also what to close at
+    shutdown."""
+    console = settings.console
+    closers: list[Callable[[], Awaitable[None]]] = []
+    store = SqlSessionStore(
+        database, idle_seconds=console.idle_seconds, lifetime_seconds=console.lifetime_seconds
+    )
+    throttle: SignInThrottle
+    limit, window = console.sign_in_failures, console.sign_in_window
+    if settings.inference.redis_url:
+        redis_throttle = RedisThrottle.from_url(
+            settings.inference.redis_url,
+            timeout=settings.inference.redis_timeout,
+            prefix=settings.inference.ledger_prefix,
+            limit=limit,
+            window=window,
+        )
+        closers.append(redis_throttle.aclose)
+        throttle = redis_throttle
+    else:
+        throttle = SqlThrottle(database, limit=limit, window=window)
+    oidc = None
+    if console.oidc_client_id:
+        verifier = oidc_verifier(settings)
+        if verifier is None:
+            raise ValueError("OIDC_CONSOLE_CLIENT_ID needs OIDC_ISSUER (and its settings) too")
+        closers.append(verifier.aclose)
+        oidc = ConsoleOidc(
+            verifier=verifier,
+            client_id=console.oidc_client_id,
+            client_secret=console.oidc_client_secret,
+            provider_name=console.oidc_provider_name,
+            redirect_uri=console.oidc_redirect_uri,
+            scopes=console.oidc_scopes,
+        )
+    return console_router(store, throttle=throttle, oidc=oidc), closers

@@ -1,5 +1,6 @@
 """The console's only way to read or change anything: the public API, called in-process
-with the signed-in key, so a page can do exactly what that key may do over HTTP."""
+as the session's actor (:mod:`gateway.auth.actor`), whom the API authenticates on every
+call as it would the key itself, so a page can do exactly what that key may do over HTTP."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
-from litestar.types import ASGIApp
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway.auth.actor import ACTOR_SCOPE_KEY, SessionActor
 
 __all__ = ["Answer", "ConsoleApi"]
 
@@ -32,11 +35,15 @@ class Answer:
 
 
 class ConsoleApi:
-    """Calls ``/api/v1/...`` on ``app`` as the holder of ``token``."""
+    """Calls ``/api/v1/...`` on ``app`` as ``actor``."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, actor: SessionActor) -> None:
         self._app = app
-        self._token = token
+        self._actor = actor
+
+    async def _as_actor(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[ACTOR_SCOPE_KEY] = self._actor  # type: ignore[literal-required]
+        await self._app(scope, receive, send)
 
     async def call(
         self,
@@ -49,14 +56,13 @@ class ConsoleApi:
         if not path.startswith("/api/v1/"):
             raise ValueError(f"the console calls only the /api/v1 API, not {path!r}")
         # httpx types an ASGI app more loosely than Litestar: the same callable.
-        transport = httpx.ASGITransport(app=cast("Any", self._app))
+        transport = httpx.ASGITransport(app=cast("Any", self._as_actor))
         async with httpx.AsyncClient(transport=transport, base_url=_BASE) as client:
             response = await client.request(
                 method,
                 path,
                 params=params,
                 json=json,
-                headers={"Authorization": f"Bearer {self._token}"},
             )
         try:
             body = response.json() if response.content else None

@@ -8,11 +8,13 @@ token travels to the next page once, in the session, never in a URL.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
 
 from litestar import Controller, Request, Response, get, post
@@ -21,7 +23,7 @@ from litestar.enums import MediaType
 from litestar.params import HeaderParameter, Parameter, QueryParameter
 from litestar.response import Redirect, Stream
 
-from gateway.auth import ANY_TENANT, AuthenticationError
+from gateway.auth import ANY_TENANT, AuthenticationError, Identity, parse_api_key
 from gateway.console.api import Answer, ConsoleApi
 from gateway.console.html import (
     bar_chart,
@@ -35,9 +37,23 @@ from gateway.console.html import (
 )
 from gateway.console.sessions import Session, SessionStore
 from gateway.console.stream import Relay
+from gateway.console.throttle import SignInThrottle, buckets_for
 from gateway.services import Services
 
-__all__ = ["COOKIE", "ConsoleController", "check_csrf", "sessions_of"]
+if TYPE_CHECKING:
+    from gateway.console.oidc import ConsoleOidc
+
+__all__ = [
+    "COOKIE",
+    "ConsoleController",
+    "ConsoleParts",
+    "check_csrf",
+    "console_role",
+    "oidc_of",
+    "sessions_of",
+    "set_session_cookie",
+    "throttle_of",
+]
 
 COOKIE = "ignara_console"
 MAX_KEY_CHARS = 16 * 1024
@@ -65,11 +81,45 @@ LastEventId = Annotated[
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleParts:
+    """What the console's routes share: the session store, the sign-in throttle and the
+    OIDC sign-in (or ``None``). :func:`gateway.console.console_router` puts it in the
+    routes' ``opt``; Litestar deep-copies a router as it registers it, and these hold
+    connections and locks: a copy is the same parts."""
+
+    sessions: SessionStore
+    throttle: SignInThrottle
+    oidc: ConsoleOidc | None = None
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ConsoleParts:
+        return self
+
+
+def _parts(request: Request[Any, Any, Any]) -> ConsoleParts:
+    parts: ConsoleParts = request.route_handler.opt["console"]
+    return parts
+
+
 def sessions_of(request: Request[Any, Any, Any]) -> SessionStore:
-    """The console's session store, which :func:`gateway.console.console_router` puts in
-    its routes' ``opt``."""
-    store: SessionStore = request.route_handler.opt["console_sessions"]
-    return store
+    """The console's session store."""
+    return _parts(request).sessions
+
+
+def console_role(identity: Identity) -> bool:
+    """Whether an identity may have a console session: a platform admin, or a tenant
+    admin of a real tenant."""
+    return identity.is_admin or (TENANT_ADMIN in identity.roles and identity.tenant != ANY_TENANT)
+
+
+def throttle_of(request: Request[Any, Any, Any]) -> SignInThrottle:
+    """The console's sign-in throttle."""
+    return _parts(request).throttle
+
+
+def oidc_of(request: Request[Any, Any, Any]) -> ConsoleOidc | None:
+    """The console's OIDC sign-in, when one is configured."""
+    return _parts(request).oidc
 
 
 def _html(page: str, status: int = 200) -> Response[str]:
@@ -80,8 +130,10 @@ def _redirect(path: str) -> Redirect:
     return Redirect(path, status_code=303)
 
 
-def _session_of(request: Request[Any, Any, Any], store: SessionStore) -> Session | None:
-    return store.get(request.cookies.get(COOKIE))
+async def _session_of(
+    request: Request[Any, Any, Any], store: SessionStore, *, take_flash: bool = False
+) -> Session | None:
+    return await store.get(request.cookies.get(COOKIE), take_flash=take_flash)
 
 
 async def check_csrf(request: Request[Any, Any, Any]) -> Response[str] | None:
@@ -91,7 +143,7 @@ async def check_csrf(request: Request[Any, Any, Any]) -> Response[str] | None:
     if request.method not in UNSAFE:
         return None
     store = sessions_of(request)
-    session = _session_of(request, store)
+    session = await _session_of(request, store)
     candidate = request.headers.get("x-csrf-token")
     if candidate is None:
         form_data = await request.form()
@@ -154,7 +206,20 @@ def _when(value: Any) -> str:
     return f'<time datetime="{esc(value)}">{esc(value[:19].replace("T", " "))}</time>'
 
 
-def _login_page(session: Session, error: str = "", status: int = 200) -> Response[str]:
+def _login_page(
+    request: Request[Any, Any, Any],
+    session: Session,
+    error: str = "",
+    status: int = 200,
+    retry_after: float | None = None,
+) -> Response[str]:
+    oidc = oidc_of(request)
+    button = (
+        '<p class="muted">or</p><p><a class="button primary" href="/console/oidc/login"'
+        f' data-testid="oidc-login">Sign in with {esc(oidc.provider_name)}</a></p>'
+        if oidc is not None
+        else ""
+    )
     body = (
         (message("error", esc(error), test_id="login-error") if error else "")
         + '<form method="post" action="/console/login" class="card login">'
@@ -164,9 +229,12 @@ def _login_page(session: Session, error: str = "", status: int = 200) -> Respons
         f' maxlength="{MAX_KEY_CHARS}" placeholder="ign_live_... or IGNARA_ADMIN_KEY">'
         '<p class="muted">A platform admin key, or a tenant admin key (its own tenant only).'
         " Member keys have no console.</p>"
-        '<button type="submit" class="primary">Sign in</button></form>'
+        '<button type="submit" class="primary">Sign in</button>'
+        f"{button}</form>"
     )
     response = _html(layout("Sign in", body), status)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(math.ceil(retry_after))
     return response
 
 
@@ -176,22 +244,25 @@ class ConsoleController(Controller):
     path = "/"
     include_in_schema = False
 
-    def _session(self, request: Request[Any, Any, Any]) -> Session | None:
+    async def _session(
+        self, request: Request[Any, Any, Any], *, page: bool = True
+    ) -> Session | None:
+        """The signed-in session; ``page``: the answer is a page, which shows (and so
+        takes) the session's one-time message."""
         store = sessions_of(request)
-        session = _session_of(request, store)
+        session = await _session_of(request, store, take_flash=page)
         return session if session is not None and session.signed_in else None
 
     def _api(self, request: Request[Any, Any, Any], session: Session) -> ConsoleApi:
-        assert session.token is not None  # signed in
-        return ConsoleApi(request.app, session.token)
+        assert session.actor is not None  # signed in
+        return ConsoleApi(request.app, session.actor)
 
-    def _failed(
+    async def _failed(
         self, request: Request[Any, Any, Any], session: Session, answer: Answer, current: str
     ) -> Response[Any]:
         """An API refusal, shown; a 401 means the key no longer signs in: sign out."""
         if answer.status == 401:
-            store = sessions_of(request)
-            store.drop(session.id)
+            await sessions_of(request).drop(session.id)
             return _redirect("/console/login?ended=1")
         body = message("error", esc(answer.error), test_id="api-error")
         status = answer.status if 400 <= answer.status < 600 else 502
@@ -199,66 +270,78 @@ class ConsoleController(Controller):
 
     @get("/")
     async def index(self, request: Request[Any, Any, Any]) -> Redirect:
-        return _redirect("/console/dashboard" if self._session(request) else "/console/login")
+        signed_in = await self._session(request, page=False)
+        return _redirect("/console/dashboard" if signed_in else "/console/login")
 
     @get("/login")
     async def login_form(
         self, request: Request[Any, Any, Any], ended: Ended = None
     ) -> Response[Any]:
         store = sessions_of(request)
-        session = _session_of(request, store)
+        session = await _session_of(request, store)
         if session is not None and session.signed_in:
             return _redirect("/console/dashboard")
-        session = session or store.new()
+        session = session or await store.new()
         error = "Your session ended, or its key no longer signs in." if ended else ""
-        return _set_cookie(request, _login_page(session, error), session)
+        return set_session_cookie(request, _login_page(request, session, error), session)
 
     @post("/login")
     async def login(
         self, request: Request[Any, Any, Any], services: NamedDependency[Services]
     ) -> Response[Any]:
         store = sessions_of(request)
-        session = _session_of(request, store)
+        session = await _session_of(request, store)
         assert session is not None  # check_csrf let it through
         key = (await request.form()).get("key")
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_CHARS:
-            return _login_page(session, "Paste an API key.", 400)
-        try:
-            identity = await services.authenticator.authenticate_token(key.strip())
-        except AuthenticationError as err:
-            return _login_page(session, err.message, err.status_code)
-        if identity.is_admin:
-            tenant = None
-        elif TENANT_ADMIN in identity.roles and identity.tenant != ANY_TENANT:
-            tenant = identity.tenant
-        else:
+            return _login_page(request, session, "Paste an API key.", 400)
+        key = key.strip()
+        # Counted before the key is looked at: a burst of guesses cannot outrun the count.
+        parsed = parse_api_key(key)
+        address = request.client.host if request.client else "unknown"
+        buckets = buckets_for(address, parsed.key_id if parsed else None)
+        throttle = throttle_of(request)
+        wait = await throttle.attempt(buckets)
+        if wait is not None:
             return _login_page(
+                request,
+                session,
+                f"Too many failed sign-ins from this address or with this key: wait "
+                f"{math.ceil(wait)} s before trying again (at most {throttle.limit} tries "
+                f"in {throttle.window:g} s).",
+                429,
+                retry_after=wait,
+            )
+        try:
+            identity, actor = await services.authenticator.sign_in(key)
+        except AuthenticationError as err:
+            if err.status_code >= 500:  # the gateway's trouble, not a wrong key
+                await throttle.succeeded(buckets)
+            return _login_page(request, session, err.message, err.status_code)
+        if not console_role(identity):
+            return _login_page(
+                request,
                 session,
                 "This key is a member's: the console is for platform and tenant admins.",
                 403,
             )
-        signed = store.sign_in(
-            session,
-            token=key.strip(),
-            tenant=tenant,
-            principal=identity.principal,
-            roles=identity.roles,
-        )
-        return _set_cookie(request, _redirect("/console/dashboard"), signed)
+        await throttle.succeeded(buckets)
+        signed = await store.sign_in(session, actor)
+        return set_session_cookie(request, _redirect("/console/dashboard"), signed)
 
     @post("/logout")
     async def logout(self, request: Request[Any, Any, Any]) -> Response[Any]:
         store = sessions_of(request)
-        session = _session_of(request, store)
+        session = await _session_of(request, store)
         if session is not None:
-            store.drop(session.id)
+            await store.drop(session.id)
         response = _redirect("/console/login")
         response.delete_cookie(COOKIE, path="/console")
         return response
 
     @get("/dashboard")
     async def dashboard(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         api = self._api(request, session)
@@ -272,13 +355,13 @@ class ConsoleController(Controller):
                 api.get("/api/v1/usage", month=month, tenant="*", group_by="tenant"),
             )
             if not config.ok:
-                return self._failed(request, session, config, here)
+                return await self._failed(request, session, config, here)
             spent = _usage(usage.body, month, "tenant", form_too=False) if usage.ok else ""
             body = _quota_tables(config.body, live) + f"<h2>This month, per tenant</h2>{spent}"
         else:
             tenant_body = await _tenant_dashboard(api, session)
             if isinstance(tenant_body, Answer):
-                return self._failed(request, session, tenant_body, here)
+                return await self._failed(request, session, tenant_body, here)
             body = tenant_body
         return _page(session, "Dashboard", body, here)
 
@@ -286,7 +369,7 @@ class ConsoleController(Controller):
     async def dashboard_live(self, request: Request[Any, Any, Any]) -> Response[Any]:
         """The dashboard's live table alone, for the page's script to swap in when the
         event stream says something changed."""
-        session = self._session(request)
+        session = await self._session(request, page=False)
         if session is None:
             return _html(message("error", "Signed out."), 401)
         answer = await self._api(request, session).get("/api/v1/admin/queues")
@@ -298,11 +381,11 @@ class ConsoleController(Controller):
     ) -> Response[Any]:
         """The API's event stream, relayed with the session's key (204 when the API has
         none to give, which tells EventSource to stop asking)."""
-        session = self._session(request)
+        session = await self._session(request, page=False)
         if session is None:
             return _html(message("error", "Signed out."), 401)
-        assert session.token is not None
-        relay = Relay(request.app, session.token, last_event_id=last_event_id)
+        assert session.actor is not None
+        relay = Relay(request.app, session.actor, last_event_id=last_event_id)
         status = await relay.start()
         if status != 200:
             return Response(b"", status_code=204)
@@ -313,7 +396,7 @@ class ConsoleController(Controller):
         """The cohort tree: each cohort's subtree quota, usage, borrowing and lending per
         flavor and resource, and its queues beneath it (platform admins: a cohort holds
         other tenants' queues)."""
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/cohorts"
@@ -325,7 +408,7 @@ class ConsoleController(Controller):
             api.get("/api/v1/admin/queues", limit="500"),
         )
         if not cohorts.ok:
-            return self._failed(request, session, cohorts, here)
+            return await self._failed(request, session, cohorts, here)
         body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
         return _page(session, "Cohorts", body, here)
 
@@ -341,7 +424,7 @@ class ConsoleController(Controller):
         cursor: Cursor = None,
     ) -> Response[Any]:
         """The audit log, newest first, filtered as ``GET /api/v1/admin/audit`` filters."""
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/audit"
@@ -361,7 +444,7 @@ class ConsoleController(Controller):
         params = {**filters, "limit": "100", **({"cursor": cursor} if cursor else {})}
         answer = await self._api(request, session).get("/api/v1/admin/audit", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         inputs = "".join(
             f'<label for="f-{f}">{f}</label><input id="f-{f}" name="{f}" size="12"'
             f' maxlength="200" value="{esc(filters.get(f, ""))}">'
@@ -395,7 +478,7 @@ class ConsoleController(Controller):
     async def tenants(
         self, request: Request[Any, Any, Any], cursor: Cursor = None
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/tenants"
@@ -404,7 +487,7 @@ class ConsoleController(Controller):
         params = {"limit": "100", **({"cursor": cursor} if cursor else {})}
         answer = await self._api(request, session).get("/api/v1/admin/tenants", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         rows = [
             (
                 f'<a href="/console/tenants/{quote(str(t.get("name")))}">{esc(t.get("name"))}</a>',
@@ -422,13 +505,13 @@ class ConsoleController(Controller):
 
     @get("/tenants/{tenant:str}")
     async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/tenants" if session.platform_admin else f"/console/tenants/{tenant}"
         answer = await self._api(request, session).get(f"/api/v1/admin/tenants/{tenant}/keys")
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         base = f"/console/tenants/{tenant}/keys"
         rows = []
         for key in answer.body:
@@ -492,26 +575,29 @@ class ConsoleController(Controller):
     async def create_key(
         self, request: Request[Any, Any, Any], tenant: TenantName
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         data = await request.form()
         principal, role = data.get("principal"), data.get("role") or "member"
         if not isinstance(principal, str) or not isinstance(role, str):
-            return self._failed(request, session, Answer(400, None), "/console/tenants")
+            return await self._failed(request, session, Answer(400, None), "/console/tenants")
         answer = await self._api(request, session).call(
             "POST",
             f"/api/v1/admin/tenants/{tenant}/keys",
             json={"principal": principal.strip(), "roles": [role]},
         )
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/tenants")
-        session.flash = message(
-            "token",
-            f"New key <code>{esc(answer.body['key_id'])}</code> for {esc(principal)}: copy its "
-            "token now, it is shown this once."
-            f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-            test_id="new-key",
+            return await self._failed(request, session, answer, "/console/tenants")
+        await sessions_of(request).set_flash(
+            session,
+            message(
+                "token",
+                f"New key <code>{esc(answer.body['key_id'])}</code> for {esc(principal)}: copy its "
+                "token now, it is shown this once."
+                f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
+                test_id="new-key",
+            ),
         )
         return _redirect(f"/console/tenants/{tenant}")
 
@@ -519,42 +605,52 @@ class ConsoleController(Controller):
     async def revoke_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         answer = await self._api(request, session).call(
             "DELETE", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}"
         )
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/tenants")
-        session.flash = message("ok", f"Key <code>{esc(key_id)}</code> revoked.")
+            return await self._failed(request, session, answer, "/console/tenants")
+        await sessions_of(request).set_flash(
+            session,
+            message("ok", f"Key <code>{esc(key_id)}</code> revoked."),
+        )
         return _redirect(f"/console/tenants/{tenant}")
 
     @post("/tenants/{tenant:str}/keys/{key_id:str}/rotate")
     async def rotate_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         grace = (await request.form()).get("grace_seconds", "3600")
         if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
-            return self._failed(request, session, Answer(400, None), "/console/tenants")
+            return await self._failed(request, session, Answer(400, None), "/console/tenants")
         answer = await self._api(request, session).call(
             "POST",
             f"/api/v1/admin/tenants/{tenant}/keys/{key_id}/rotate",
             json={"grace_seconds": int(grace)},
         )
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/tenants")
+            return await self._failed(request, session, answer, "/console/tenants")
         until = answer.body.get("previous_valid_until")
-        session.flash = message(
-            "token",
-            f"Key <code>{esc(key_id)}</code> rotated: copy its new token now, it is shown this "
-            "once. "
-            + (f"The old one works until {_when(until)}." if until else "The old one is refused.")
-            + f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-            test_id="new-key",
+        await sessions_of(request).set_flash(
+            session,
+            message(
+                "token",
+                f"Key <code>{esc(key_id)}</code> rotated: copy its new token now, it is shown this "
+                "once. "
+                + (
+                    f"The old one works until {_when(until)}."
+                    if until
+                    else "The old one is refused."
+                )
+                + f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
+                test_id="new-key",
+            ),
         )
         return _redirect(f"/console/tenants/{tenant}")
 
@@ -565,7 +661,7 @@ class ConsoleController(Controller):
         state_filter: State = None,
         cursor: Cursor = None,
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/workloads"
@@ -588,7 +684,7 @@ class ConsoleController(Controller):
             params["cursor"] = cursor
         answer = await self._api(request, session).get("/api/v1/workloads", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         filters = " ".join(
             f'<a href="{here}?state={s}"{" class=current" if s == state else ""}>{s}</a>'
             for s in STATES
@@ -627,7 +723,7 @@ class ConsoleController(Controller):
     async def workload(
         self, request: Request[Any, Any, Any], workload_id: WorkloadId
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/workloads"
@@ -635,7 +731,7 @@ class ConsoleController(Controller):
             return _redirect(here)
         answer = await self._api(request, session).get(f"/api/v1/workloads/{workload_id}")
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         w = answer.body
         reason = w.get("reason") or {}
         facts = definition(
@@ -690,22 +786,25 @@ class ConsoleController(Controller):
     async def cancel(
         self, request: Request[Any, Any, Any], workload_id: WorkloadId
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         answer = await self._api(request, session).call(
             "DELETE", f"/api/v1/workloads/{workload_id}"
         )
         if not answer.ok:
-            return self._failed(request, session, answer, "/console/workloads")
-        session.flash = message("ok", "Cancel requested.")
+            return await self._failed(request, session, answer, "/console/workloads")
+        await sessions_of(request).set_flash(
+            session,
+            message("ok", "Cancel requested."),
+        )
         return _redirect(f"/console/workloads/{workload_id}")
 
     @get("/usage")
     async def usage(
         self, request: Request[Any, Any, Any], month: Month = None, group_by: GroupBy = None
     ) -> Response[Any]:
-        session = self._session(request)
+        session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/usage"
@@ -718,12 +817,12 @@ class ConsoleController(Controller):
             params["tenant"] = "*"
         answer = await self._api(request, session).get("/api/v1/usage", **params)
         if not answer.ok:
-            return self._failed(request, session, answer, here)
+            return await self._failed(request, session, answer, here)
         body = _usage(answer.body, month, params["group_by"])
         return _page(session, "Usage and chargeback", body, here)
 
 
-def _set_cookie(
+def set_session_cookie(
     request: Request[Any, Any, Any], response: Response[Any], session: Session
 ) -> Response[Any]:
     response.set_cookie(

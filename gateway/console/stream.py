@@ -1,5 +1,5 @@
 """The console's live updates: the API's event stream (``GET /api/v1/admin/events``,
-Server-Sent Events) relayed to the browser, called in-process with the session's key as
+Server-Sent Events) relayed to the browser, called in-process as the session's actor as
 every other console call is, so the browser never holds a key and sees exactly the
 events that key may see.
 
@@ -16,6 +16,8 @@ from typing import Any
 
 from litestar.types import ASGIApp
 
+from gateway.auth.actor import ACTOR_SCOPE_KEY, SessionActor
+
 __all__ = ["EVENTS_PATH", "Relay"]
 
 EVENTS_PATH = "/api/v1/admin/events"
@@ -28,10 +30,14 @@ class Relay:
     browser goes (its iterator closed)."""
 
     def __init__(
-        self, app: ASGIApp, token: str, *, path: str = EVENTS_PATH, last_event_id: str | None
+        self,
+        app: ASGIApp,
+        actor: SessionActor,
+        *,
+        path: str = EVENTS_PATH,
+        last_event_id: str | None,
     ) -> None:
         headers = [
-            (b"authorization", f"Bearer {token}".encode()),
             (b"accept", b"text/event-stream"),
             (b"host", b"console.internal"),
         ]
@@ -51,6 +57,7 @@ class Relay:
             "client": ("127.0.0.1", 0),
             "server": ("console.internal", 80),
             "state": {},
+            ACTOR_SCOPE_KEY: actor,
         }
         self._app = app
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=64)

@@ -3,6 +3,7 @@
 from tenants.models.api_key import ApiKey
 from tenants.models.audit import AuditEntry
 from tenants.models.charge import ChargeRow
+from tenants.models.console_session import ConsoleSessionRow, SignInAttemptRow
 from tenants.models.inference import ModelRow
 from tenants.models.principal import Principal
 from tenants.models.quota import ClusterQueueRow, CohortRow, FlavorRow
@@ -16,9 +17,11 @@ __all__ = [
     "ChargeRow",
     "ClusterQueueRow",
     "CohortRow",
+    "ConsoleSessionRow",
     "FlavorRow",
     "ModelRow",
     "Principal",
+    "SignInAttemptRow",
     "Tenant",
     "UsageRecordRow",
     "WorkloadEventRow",

@@ -13,6 +13,7 @@ import pytest
 from litestar.testing import TestClient
 
 from gateway.app import create_app
+from gateway.auth.actor import ACTOR_SCOPE_KEY, SessionActor
 from gateway.console.stream import EVENTS_PATH, Relay
 from gateway.settings import Settings
 from tests.conftest import ADMIN_KEY
@@ -43,16 +44,17 @@ class FakeEvents:
             self.disconnected.set()
 
 
-async def test_events_flow_with_the_sessions_key_and_stop_when_the_browser_goes() -> None:
+async def test_events_flow_as_the_sessions_actor_and_stop_when_the_browser_goes() -> None:
     app = FakeEvents()
-    relay = Relay(app, "ign_live_key", last_event_id="41")
+    actor = SessionActor(kind="api-key", principal="ops", tenant="alpha", key_id="k1")
+    relay = Relay(app, actor, last_event_id="41")
     assert await relay.start() == 200
     chunks = relay.chunks()
     assert await anext(chunks) == b"id: 1\nevent: admitted\ndata: {}\n\n"
     assert (await anext(chunks)).startswith(b"id: 2\n")
     headers = dict(app.scope["headers"])
     assert app.scope["path"] == EVENTS_PATH
-    assert headers[b"authorization"] == b"Bearer ign_live_key"
+    assert app.scope[ACTOR_SCOPE_KEY] is actor and b"authorization" not in headers
     assert headers[b"last-event-id"] == b"41"
     await chunks.aclose()  # the browser went
     await asyncio.wait_for(app.disconnected.wait(), 2)
@@ -60,7 +62,8 @@ async def test_events_flow_with_the_sessions_key_and_stop_when_the_browser_goes(
 
 @pytest.mark.parametrize("status", [403, 404])
 async def test_no_stream_to_give_is_the_status(status: int) -> None:
-    relay = Relay(FakeEvents(status), "k", last_event_id=None)
+    actor = SessionActor(kind="bootstrap", principal="root", tenant="*")
+    relay = Relay(FakeEvents(status), actor, last_event_id=None)
     assert await relay.start() == status
 
 
