@@ -15,8 +15,12 @@ from litestar import Router
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.console.backends import BackendPages
+from gateway.console.models import ModelPages
 from gateway.console.pages import COOKIE, ConsoleController, check_csrf
+from gateway.console.queues import QueuePages
 from gateway.console.sessions import SessionStore
+from gateway.console.tenants import TenantPages
 
 __all__ = ["COOKIE", "CSP", "STATIC", "console_router"]
 
@@ -69,6 +73,10 @@ def console_router(store: SessionStore | None = None) -> Router:
         path="/console",
         route_handlers=[
             ConsoleController,
+            QueuePages,
+            ModelPages,
+            BackendPages,
+            TenantPages,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],
         middleware=[_secured],
