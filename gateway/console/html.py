@@ -83,10 +83,12 @@ def field(
     )
 
 
-def select(name: str, label: str, choices: Sequence[str], chosen: str = "") -> str:
-    """A labelled select of ``choices`` (the empty choice reads "any")."""
+def select(
+    name: str, label: str, choices: Sequence[str], chosen: str = "", *, empty: str = "any"
+) -> str:
+    """A labelled select of ``choices`` (the empty choice reads ``empty``)."""
     options = "".join(
-        f'<option value="{esc(c)}"{" selected" if c == chosen else ""}>{esc(c or "any")}</option>'
+        f'<option value="{esc(c)}"{" selected" if c == chosen else ""}>{esc(c or empty)}</option>'
         for c in choices
     )
     return (

@@ -20,7 +20,7 @@ def create_tenant_form(csrf: str) -> str:
         + field("queues", "queues", maxlength=4096, placeholder="team-a, team-b")
         + '<span class="muted">first key (optional):</span>'
         + field("principal", "principal", maxlength=64, ident="first-principal")
-        + select("role", "role", ROLES),
+        + select("role", "role", ROLES, empty="no key"),
         button="Create tenant",
         css="editor",
         test_id="create-tenant",
@@ -31,7 +31,7 @@ def delete_tenant_form(csrf: str, tenant: str) -> str:
     return form(
         f"/console/tenants/{tenant}/delete",
         csrf,
-        f'<input name="confirm" size="10" maxlength="63" required placeholder="{esc(tenant)}"'
+        f'<input name="confirm" size="10" maxlength="63" required placeholder="type {esc(tenant)}"'
         f' aria-label="type {esc(tenant)} to confirm" data-testid="confirm-{esc(tenant)}">',
         button="Delete",
         danger=True,
