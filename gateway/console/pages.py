@@ -787,7 +787,7 @@ def _quota_tables(config: dict[str, Any], live: Answer) -> str:
                     quota = quota if isinstance(quota, dict) else {"nominal": quota}
                     rows.append(
                         (
-                            esc(queue.get("name")),
+                            _queue_link(queue.get("name")),
                             esc(queue.get("cohort") or ""),
                             esc(flavor.get("name")),
                             esc(resource),
