@@ -13,6 +13,8 @@ from litestar.types import HTTPScope, Message, Send
 from gateway.admin import ModelController
 from gateway.admin.live import LiveController
 from gateway.admin.objects import ObjectController
+from gateway.admin.queues import QueueController
+from gateway.admin.workloads import AdminWorkloadController
 from gateway.auth import auth_middleware
 from gateway.console import gateway_console
 from gateway.errors import exception_handlers
@@ -82,6 +84,8 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             EstimateController,
             ModelController,
             LiveController,
+            QueueController,
+            AdminWorkloadController,
             ObjectController,  # with AdminController's routes
             UsageController,
             InferenceController,

@@ -16,9 +16,13 @@ from litestar import Router
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.console.backends import BackendPages
+from gateway.console.models import ModelPages
 from gateway.console.oidc import ConsoleOidc, OidcController
 from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
+from gateway.console.queues import QueuePages
 from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
+from gateway.console.tenants import TenantPages
 from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
 from gateway.services import oidc_verifier
 from gateway.settings import Settings
@@ -83,6 +87,10 @@ def console_router(
         route_handlers=[
             ConsoleController,
             OidcController,
+            QueuePages,
+            ModelPages,
+            BackendPages,
+            TenantPages,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],
         middleware=[_secured],

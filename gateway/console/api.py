@@ -21,6 +21,7 @@ _BASE = "http://console.internal"
 class Answer:
     status: int
     body: Any  # the decoded JSON, or None
+    etag: str | None = None  # the object's version, where the API tags it
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ class ConsoleApi:
         *,
         params: dict[str, str] | None = None,
         json: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> Answer:
         if not path.startswith("/api/v1/"):
             raise ValueError(f"the console calls only the /api/v1 API, not {path!r}")
@@ -63,12 +65,13 @@ class ConsoleApi:
                 path,
                 params=params,
                 json=json,
+                headers=headers,
             )
         try:
             body = response.json() if response.content else None
         except ValueError:
             body = None
-        return Answer(response.status_code, body)
+        return Answer(response.status_code, body, response.headers.get("etag"))
 
     async def get(self, path: str, **params: str) -> Answer:
         return await self.call("GET", path, params=params or None)

@@ -11,15 +11,21 @@ import html
 from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlencode
 
 __all__ = [
     "bar_chart",
     "definition",
     "esc",
+    "field",
+    "filters",
     "form",
     "layout",
     "message",
+    "pager",
+    "select",
     "table",
+    "textarea",
     "usage_bar",
 ]
 
@@ -28,14 +34,95 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def form(action: str, csrf: str, inner: str, *, button: str, danger: bool = False) -> str:
-    """A POST form carrying the session's CSRF token."""
+def form(
+    action: str,
+    csrf: str,
+    inner: str,
+    *,
+    button: str,
+    danger: bool = False,
+    more: str = "",
+    test_id: str = "",
+    css: str = "inline",
+) -> str:
+    """A POST form carrying the session's CSRF token; ``more``: further buttons (HTML)."""
     kind = "danger" if danger else "primary"
+    ident = f' data-testid="{esc(test_id)}"' if test_id else ""
     return (
-        f'<form method="post" action="{esc(action)}" class="inline">'
+        f'<form method="post" action="{esc(action)}" class="{esc(css)}"{ident}>'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">{inner}'
-        f'<button type="submit" class="{kind}">{esc(button)}</button></form>'
+        f'<button type="submit" class="{kind}">{esc(button)}</button>{more}</form>'
     )
+
+
+def field(
+    name: str,
+    label: str,
+    value: object = "",
+    *,
+    ident: str = "",
+    required: bool = False,
+    maxlength: int = 200,
+    pattern: str = "",
+    placeholder: str = "",
+    size: int = 0,
+    kind: str = "text",
+) -> str:
+    """A labelled input; every attribute escaped."""
+    ident = ident or name
+    extra = (
+        (" required" if required else "")
+        + (f' pattern="{esc(pattern)}"' if pattern else "")
+        + (f' placeholder="{esc(placeholder)}"' if placeholder else "")
+        + (f' size="{size}"' if size else "")
+    )
+    return (
+        f'<label for="{esc(ident)}">{esc(label)}</label>'
+        f'<input id="{esc(ident)}" name="{esc(name)}" type="{esc(kind)}"'
+        f' maxlength="{maxlength}" value="{esc(value)}"{extra}>'
+    )
+
+
+def select(
+    name: str, label: str, choices: Sequence[str], chosen: str = "", *, empty: str = "any"
+) -> str:
+    """A labelled select of ``choices`` (the empty choice reads ``empty``)."""
+    options = "".join(
+        f'<option value="{esc(c)}"{" selected" if c == chosen else ""}>{esc(c or empty)}</option>'
+        for c in choices
+    )
+    return (
+        f'<label for="{esc(name)}">{esc(label)}</label>'
+        f'<select id="{esc(name)}" name="{esc(name)}">{options}</select>'
+    )
+
+
+def textarea(name: str, label: str, value: str, *, rows: int = 8, maxlength: int = 65536) -> str:
+    return (
+        f'<label for="{esc(name)}">{esc(label)}</label>'
+        f'<textarea id="{esc(name)}" name="{esc(name)}" rows="{rows}" cols="80"'
+        f' maxlength="{maxlength}" spellcheck="false">{esc(value)}</textarea>'
+    )
+
+
+def filters(action: str, inner: str, *, button: str = "Filter") -> str:
+    """A GET form of filters (no CSRF token: it changes nothing)."""
+    return (
+        f'<form method="get" action="{esc(action)}" class="inline filters">{inner}'
+        f'<button type="submit">{esc(button)}</button></form>'
+    )
+
+
+def pager(
+    here: str, params: dict[str, str], next_cursor: object, *, label: str = "next page"
+) -> str:
+    """The link to the page after this one (the API's ``next_cursor``), keeping the
+    filters in ``params``; nothing on the last page."""
+    if not isinstance(next_cursor, str) or not next_cursor:
+        return ""
+    query = urlencode({**params, "cursor": next_cursor})
+    link = f'<a href="{esc(here)}?{esc(query)}" data-testid="next">{esc(label)}</a>'
+    return f'<p class="pager">{link}</p>'
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, test_id: str = "") -> str:

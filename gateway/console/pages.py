@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
@@ -29,14 +29,19 @@ from gateway.console.html import (
     bar_chart,
     definition,
     esc,
+    field,
+    filters,
     form,
     layout,
     message,
+    pager,
+    select,
     table,
     usage_bar,
 )
 from gateway.console.sessions import Session, SessionStore
 from gateway.console.stream import Relay
+from gateway.console.tenant_forms import create_tenant_form, delete_tenant_form
 from gateway.console.throttle import SignInThrottle, buckets_for
 from gateway.services import Services
 
@@ -74,6 +79,10 @@ State = Annotated[
     str | None, QueryParameter(name="state", pattern=r"^[a-z]{1,20}$", required=False)
 ]
 Cursor = Annotated[str | None, QueryParameter(max_length=200, required=False)]
+NameFilter = Annotated[
+    str | None,
+    QueryParameter(pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$", required=False),
+]
 Ended = Annotated[str | None, QueryParameter(max_length=8, required=False)]
 AuditFilter = Annotated[str | None, QueryParameter(max_length=200, required=False)]
 LastEventId = Annotated[
@@ -168,9 +177,16 @@ def _nav(session: Session) -> list[tuple[str, str]]:
     )
     cohorts = [("Cohorts", "/console/cohorts")] if session.platform_admin else []
     audit = [("Audit", "/console/audit")] if session.platform_admin else []
+    platform = (
+        [("Models", "/console/models"), ("Backends", "/console/backends")]
+        if session.platform_admin
+        else []
+    )
     return [
         ("Dashboard", "/console/dashboard"),
         *cohorts,
+        ("Queues", "/console/queues"),
+        *platform,
         tenants,
         ("Workloads", "/console/workloads"),
         ("Usage", "/console/usage"),
@@ -430,7 +446,7 @@ class ConsoleController(Controller):
         here = "/console/audit"
         if not session.platform_admin:
             return _redirect("/console/dashboard")
-        filters = {
+        chosen = {
             k: v
             for k, v in (
                 ("actor", actor),
@@ -441,19 +457,16 @@ class ConsoleController(Controller):
             )
             if v
         }
-        params = {**filters, "limit": "100", **({"cursor": cursor} if cursor else {})}
+        params = {**chosen, "limit": "100", **({"cursor": cursor} if cursor else {})}
         answer = await self._api(request, session).get("/api/v1/admin/audit", **params)
         if not answer.ok:
             return await self._failed(request, session, answer, here)
         inputs = "".join(
             f'<label for="f-{f}">{f}</label><input id="f-{f}" name="{f}" size="12"'
-            f' maxlength="200" value="{esc(filters.get(f, ""))}">'
+            f' maxlength="200" value="{esc(chosen.get(f, ""))}">'
             for f in ("actor", "kind", "name", "action", "tenant")
         )
-        picker = (
-            f'<form method="get" action="{here}" class="inline filters">{inputs}'
-            '<button type="submit">Filter</button></form>'
-        )
+        picker = filters(here, inputs)
         rows = [
             (
                 _when(e.get("at")),
@@ -466,10 +479,8 @@ class ConsoleController(Controller):
             )
             for e in _items(answer.body)
         ]
-        more = ""
-        if isinstance(answer.body, dict) and answer.body.get("next_cursor"):
-            query = urlencode({**filters, "cursor": answer.body["next_cursor"]})
-            more = f'<p><a href="{here}?{esc(query)}">older</a></p>'
+        next_cursor = answer.body.get("next_cursor") if isinstance(answer.body, dict) else None
+        more = pager(here, chosen, next_cursor, label="older")
         headers = ["at", "actor", "action", "kind", "name", "tenant", "detail"]
         body = picker + table(headers, rows, test_id="audit") + more
         return _page(session, "Audit log", body, here)
@@ -492,15 +503,16 @@ class ConsoleController(Controller):
             (
                 f'<a href="/console/tenants/{quote(str(t.get("name")))}">{esc(t.get("name"))}</a>',
                 esc(t.get("display_name")),
-                esc(", ".join(t.get("queues", []))),
+                ", ".join(_queue_link(q) for q in t.get("queues", [])),
+                delete_tenant_form(session.csrf, t["name"]),
             )
             for t in _items(answer.body)
         ]
-        more = ""
-        if isinstance(answer.body, dict) and answer.body.get("next_cursor"):
-            query = urlencode({"cursor": answer.body["next_cursor"]})
-            more = f'<p><a href="{here}?{esc(query)}">next page</a></p>'
-        body = table(["tenant", "display name", "queues"], rows, test_id="tenants") + more
+        body = (
+            table(["tenant", "display name", "queues", ""], rows, test_id="tenants")
+            + pager(here, {}, answer.body.get("next_cursor"))
+            + f'<h2>New tenant</h2><div class="card">{create_tenant_form(session.csrf)}</div>'
+        )
         return _page(session, "Tenants", body, here)
 
     @get("/tenants/{tenant:str}")
@@ -660,62 +672,69 @@ class ConsoleController(Controller):
         request: Request[Any, Any, Any],
         state_filter: State = None,
         cursor: Cursor = None,
+        tenant: NameFilter = None,
+        queue: NameFilter = None,
     ) -> Response[Any]:
+        """A tenant admin: its tenant's workloads; a platform admin: every tenant's
+        (``GET /api/v1/admin/workloads``), filtered by tenant and queue too. A page at
+        a time, by the API's cursor."""
         session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/workloads"
-        if session.platform_admin:
-            # TODO(console): the workloads API serves a tenant's own keys only; list every
-            # tenant's here once the admin API has a workloads listing.
-            body = message(
-                "note",
-                "Workloads belong to a tenant: the workloads API answers a tenant's keys only, "
-                "and the admin API has no listing of every tenant's workloads yet. Sign in "
-                "with a tenant admin's key (create one under Tenants) to see and cancel them.",
-                test_id="admin-workloads-note",
-            )
-            return _page(session, "Workloads", body, here)
-        params = {"limit": "50"}
         state = state_filter if state_filter in STATES else None
-        if state is not None:
-            params["state"] = state
-        if cursor:
-            params["cursor"] = cursor
-        answer = await self._api(request, session).get("/api/v1/workloads", **params)
+        kept = {
+            k: v
+            for k, v in (
+                ("state", state),
+                *((("tenant", tenant), ("queue", queue)) if session.platform_admin else ()),
+            )
+            if v
+        }
+        params = {"limit": "50", **kept, **({"cursor": cursor} if cursor else {})}
+        path = "/api/v1/admin/workloads" if session.platform_admin else "/api/v1/workloads"
+        answer = await self._api(request, session).get(path, **params)
         if not answer.ok:
             return await self._failed(request, session, answer, here)
-        filters = " ".join(
-            f'<a href="{here}?state={s}"{" class=current" if s == state else ""}>{s}</a>'
-            for s in STATES
-        )
-        rows = [
-            (
-                f'<a href="/console/workloads/{esc(w["id"])}">{esc(w["name"])}</a>',
-                f'<span class="state {esc(w["state"])}">{esc(w["state"])}</span>',
-                esc(w["queue"]),
-                esc(w["priority"]),
-                esc(_requests(w.get("pod_sets", []))),
-                esc((w.get("reason") or {}).get("code", "")),
-                _when(w.get("created_at")),
+        if session.platform_admin:
+            picker = filters(
+                here,
+                field("tenant", "tenant", tenant or "", maxlength=63, size=12, placeholder="any")
+                + field("queue", "queue", queue or "", maxlength=63, size=12, placeholder="any")
+                + select("state", "state", ("", *STATES), state or ""),
             )
-            for w in answer.body["items"]
-        ]
-        more = ""
-        if answer.body.get("next_cursor"):
-            query = urlencode(
-                {k: v for k, v in params.items() if k != "limit"}
-                | {"cursor": answer.body["next_cursor"]}
+        else:
+            links = " ".join(
+                f'<a href="{here}?state={s}"{" class=current" if s == state else ""}>{s}</a>'
+                for s in STATES
             )
-            more = f'<p><a href="{here}?{esc(query)}">next page</a></p>'
+            picker = f'<p class="filters">state: <a href="{here}">all</a> {links}</p>'
+        rows = []
+        for w in _items(answer.body):
+            name = (
+                esc(w.get("name"))
+                if session.platform_admin  # a workload's own page is its tenant's
+                else f'<a href="/console/workloads/{esc(w.get("id"))}">{esc(w.get("name"))}</a>'
+            )
+            rows.append(
+                (
+                    name,
+                    *([esc(w.get("tenant"))] if session.platform_admin else []),
+                    f'<span class="state {esc(w.get("state"))}">{esc(w.get("state"))}</span>',
+                    _queue_link(w.get("queue")) if session.platform_admin else esc(w.get("queue")),
+                    esc(w.get("priority")),
+                    esc(_requests(w.get("pod_sets") or [])),
+                    esc((w.get("reason") or {}).get("code", "")),
+                    _when(w.get("created_at")),
+                )
+            )
+        headers = ["name", *(["tenant"] if session.platform_admin else []), "state", "queue"]
         body = (
-            f'<p class="filters">state: <a href="{here}">all</a> {filters}</p>'
+            picker
             + table(
-                ["name", "state", "queue", "priority", "requests", "reason", "created"],
-                rows,
-                test_id="workloads",
+                [*headers, "priority", "requests", "reason", "created"], rows, test_id="workloads"
             )
-            + more
+            + pager(here, kept, answer.body.get("next_cursor"))
         )
         return _page(session, "Workloads", body, here)
 
@@ -878,7 +897,7 @@ def _quota_tables(config: dict[str, Any], live: Answer) -> str:
                     quota = quota if isinstance(quota, dict) else {"nominal": quota}
                     rows.append(
                         (
-                            esc(queue.get("name")),
+                            _queue_link(queue.get("name")),
                             esc(queue.get("cohort") or ""),
                             esc(flavor.get("name")),
                             esc(resource),
@@ -933,7 +952,7 @@ def _live(answer: Answer, *, quiet: bool = False) -> str:
     for queue in items:
         oldest = queue.get("oldest_pending") or {}
         head = [
-            f"<strong>{esc(queue.get('name'))}</strong>",
+            f"<strong>{_queue_link(queue.get('name'))}</strong>",
             esc(queue.get("cohort") or ""),
             esc(queue.get("admitted", "")),
             esc(queue.get("pending", "")),
@@ -963,6 +982,11 @@ def _live(answer: Answer, *, quiet: bool = False) -> str:
         + table([*headers, "usage / nominal", "borrowed", "lent"], rows, test_id="live")
         + more
     )
+
+
+def _queue_link(name: Any) -> str:
+    """A queue's name, linked to its page (its quotas, and their editor)."""
+    return f'<a href="/console/queues/{quote(str(name))}">{esc(name)}</a>'
 
 
 def _number(value: Any) -> str:
@@ -1020,7 +1044,8 @@ def cohort_tree(cohorts: Any, queues: Any) -> str:
             f"{esc(queue.get('admitted', 0))} admitted · {esc(queue.get('pending', 0))} pending"
         )
         return (
-            f'<li class="queue" data-testid="tree-queue"><strong>{esc(queue.get("name"))}</strong>'
+            f'<li class="queue" data-testid="tree-queue"><strong>{_queue_link(queue.get("name"))}'
+            "</strong>"
             f' <span class="muted">queue · {counts}</span>'
             f"{_levels(queue.get('resources'), subtree=False)}</li>"
         )

@@ -93,6 +93,8 @@ _TABLES: dict[str, Any] = {
     "model": ModelRow,
     "tenant": Tenant,
 }
+# Kinds whose config entry is their row's spec as stored (export_config adds nothing).
+_AS_STORED = frozenset({"cohort", "cluster_queue", "model"})
 # The global settings one object holds (backends have their own routes).
 SETTINGS_FIELDS = ("fair_sharing", "budget_period", "prices", "inference")
 
@@ -151,6 +153,13 @@ async def list_objects(
 
 
 async def get_object(session: AsyncSession, kind: str, name: str) -> ConfigObject:
+    if kind in _AS_STORED:
+        # Exported as stored: one row, not the whole config (a thousand queues).
+        table = _TABLES[kind]
+        row = (await session.exec(select(table).where(table.name == name))).first()
+        if row is None or row.name == _SETTINGS_ROW:
+            raise NotFoundError(f"{kind} {name!r} does not exist")
+        return ConfigObject(kind, name, row.version, dict(row.spec))
     stored = await export_config(session)
     for entry in stored[KINDS[kind]]:
         if _name_of(entry) == name:

@@ -36,6 +36,7 @@ __all__ = [
     "check_submission",
     "events_of",
     "get_workload",
+    "list_every_workload",
     "list_workloads",
     "new_workload_row",
     "parse_cursor",
@@ -231,7 +232,27 @@ async def list_workloads(
     cursor: str | None = None,
 ) -> WorkloadPage:
     """This tenant's workloads, oldest first; ``cursor`` continues after a page."""
-    query = select(WorkloadRow).where(WorkloadRow.tenant == tenant)
+    return await list_every_workload(
+        session, tenant=tenant, state=state, limit=limit, cursor=cursor
+    )
+
+
+async def list_every_workload(
+    session: AsyncSession,
+    *,
+    tenant: str | None,
+    queue: str | None = None,
+    state: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> WorkloadPage:
+    """Workloads of every tenant (``tenant`` None: for a platform admin only) or of one,
+    optionally of one queue and state, oldest first; ``cursor`` continues after a page."""
+    query = select(WorkloadRow)
+    if tenant is not None:
+        query = query.where(WorkloadRow.tenant == tenant)
+    if queue is not None:
+        query = query.where(WorkloadRow.queue == queue)
     if state is not None:
         query = query.where(WorkloadRow.state == state)
     if cursor is not None:

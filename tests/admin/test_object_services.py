@@ -10,9 +10,9 @@ import pytest
 from sqlmodel import col, select
 
 from tenants import Database, parse_config
-from tenants.errors import StaleVersionError
+from tenants.errors import NotFoundError, StaleVersionError
 from tenants.models import AuditEntry
-from tenants.services import apply_config
+from tenants.services import apply_config, export_config
 from tenants.services.objects import get_object, put_object
 from tests.admin.test_object_api import queue
 from tests.gateway.test_workload_api import CONFIG
@@ -73,3 +73,43 @@ async def test_a_change_is_audited_as_an_apply_audits_it(database: Database) -> 
     assert set(by_api.detail) == set(by_file.detail)
     assert by_api.tenant is None and by_file.tenant is None
     assert version == 3
+
+
+async def test_one_object_read_from_its_row_is_the_exported_entry(database: Database) -> None:
+    """Queues, cohorts and models are read one row at a time (not the whole config):
+    the same spec and version as the exported config says."""
+    config = {
+        "flavors": ["h100"],
+        "cohorts": [{"name": "org"}, {"name": "research", "parent": "org"}],
+        "cluster_queues": [
+            {
+                "name": "team-a",
+                "cohort": "research",
+                "resource_groups": [
+                    {
+                        "resources": ["nvidia.com/gpu"],
+                        "flavors": [{"name": "h100", "quotas": {"nvidia.com/gpu": {"nominal": 4}}}],
+                    }
+                ],
+            }
+        ],
+        "models": [
+            {"name": "org/m", "flavor": "h100", "endpoints": [{"base_url": "http://a.b/v1"}]}
+        ],
+    }
+    async with database.session() as session:
+        await apply_config(session, parse_config(config), actor="test")
+    async with database.session() as session:
+        stored = await export_config(session)
+        for kind, section in (
+            ("cohort", "cohorts"),
+            ("cluster_queue", "cluster_queues"),
+            ("model", "models"),
+        ):
+            for entry in stored[section]:
+                found = await get_object(session, kind, entry["name"])
+                assert found.spec == entry and found.version >= 1
+        with pytest.raises(NotFoundError):
+            await get_object(session, "cohort", ".")  # the settings row is no cohort
+        with pytest.raises(NotFoundError):
+            await get_object(session, "cluster_queue", "nope")

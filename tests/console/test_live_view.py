@@ -101,9 +101,9 @@ def test_the_cohort_tree_nests_cohorts_and_their_queues() -> None:
     }
     page = cohort_tree(cohorts, QUEUES)
     # org holds research, which holds team-a; the queue of no cohort stands at the root
-    org, research, team_a = (
-        page.index(f"<strong>{n}</strong>") for n in ("org", "research", "team-a")
-    )
+    org, research = (page.index(f"<strong>{n}</strong>") for n in ("org", "research"))
+    # a queue links to its page (its quotas and their editor)
+    team_a = page.index('<strong><a href="/console/queues/team-a">team-a</a></strong>')
     assert org < research < team_a
     assert page.index("</ul>", team_a) < page.index("&lt;b&gt;x&lt;/b&gt;")
     assert "6 / 24" in page and "6 / 8" in page  # usage against the subtree's quota
