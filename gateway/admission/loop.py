@@ -148,6 +148,7 @@ async def _preempt(session: AsyncSession, row: WorkloadRow, why: Preemption | No
         state="pending",
         admission=None,
         admitted_at=None,
+        queued_at=utcnow(),
         reason_detail=None,
         reason_code=PREEMPTED,
         reason_message=f"{cause}; it waits for quota again",

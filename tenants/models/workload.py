@@ -50,6 +50,9 @@ class WorkloadRow(SQLModel, table=True):
     updated_at: datetime = timestamp_field()
     admitted_at: datetime | None = timestamp_field(nullable=True)
     finished_at: datetime | None = timestamp_field(nullable=True)
+    # When it was last preempted and put back in its queue: it waits behind those that
+    # were waiting then (the engine's ``Workload.queued``).
+    queued_at: datetime | None = timestamp_field(nullable=True)
     # While pending: when the forecast expects it to start (None: not within its
     # horizon, or not yet computed), and when that was computed.
     estimated_start: datetime | None = timestamp_field(nullable=True)

@@ -357,6 +357,7 @@ def workload_from_row(row: WorkloadRow) -> Workload:
         cluster_queue=row.queue,
         priority=row.priority,
         created=row.created_at.timestamp(),
+        queued=None if row.queued_at is None else row.queued_at.timestamp(),
         max_runtime=Fraction(row.spec["max_runtime_seconds"]),
         pod_sets=tuple(
             PodSet(

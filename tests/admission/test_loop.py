@@ -257,3 +257,25 @@ async def test_cancelling_a_waiting_workload_clears_what_blocked_it(database: Da
     assert (cancelled.state, cancelled.reason_code) == ("cancelled", "Cancelled")
     assert cancelled.reason_message == "cancelled by alice"
     assert cancelled.reason_detail is None
+
+
+async def test_a_preempted_workload_waits_behind_those_queued_before_its_eviction(
+    database: Database,
+) -> None:
+    """Kueue's queue-order timestamp: ordered by its creation, the victim would jump
+    back ahead of the workload that waited while it ran."""
+    await setup(database, ("alpha", job("low", "team-a", 4)))
+    await AdmissionLoop(database).run_pass()
+    await setup_more(database, ("alpha", job("later", "team-a", 4)))
+    await AdmissionLoop(database).run_pass()
+    await setup_more(database, ("alpha", job("urgent", "team-a", 4, priority=10)))
+    await AdmissionLoop(database).run_pass()
+    assert await states(database) == {"low": "pending", "later": "pending", "urgent": "admitted"}
+    low, later = await row_named(database, "low"), await row_named(database, "later")
+    assert low.queued_at is not None and low.queued_at > later.created_at
+    async with database.session() as session:
+        urgent = await row_named(database, "urgent")
+        urgent.state = "succeeded"
+        session.add(urgent)
+    await AdmissionLoop(database).run_pass()
+    assert await states(database) == {"low": "pending", "later": "admitted", "urgent": "succeeded"}
