@@ -100,9 +100,7 @@ def _bar_chart(rows: Sequence[tuple[str, Sequence[float | None]]], legend: Seque
     height = PAD + len(rows) * (len(legend) * bar + gap) + 10
     top = max((v or 0.0 for _, values in rows for v in values), default=0.0) or 1.0
     inner = WIDTH - left - PAD
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img">'
-    ]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img">']
     for n, name in enumerate(legend):
         parts.append(
             f'<text x="{left + 150 * n}" y="{PAD - 20}" font-size="12"'
@@ -153,9 +151,11 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
             (
                 team,
                 [
-                    None if t["queueing_delay_s"]["mean"] is None
+                    None
+                    if t["queueing_delay_s"]["mean"] is None
                     else t["queueing_delay_s"]["mean"] / 3600,
-                    None if t["queueing_delay_s"]["p95"] is None
+                    None
+                    if t["queueing_delay_s"]["p95"] is None
                     else t["queueing_delay_s"]["p95"] / 3600,
                 ],
             )

@@ -150,9 +150,7 @@ class _Replay:
     def enqueue(self, record: JobRecord, now: float) -> None:
         """Bookkeeping for a job entering its queue (new or evicted)."""
         team = record.team
-        within = (
-            self.team_used[team] + self.team_pending[team] + record.gpus <= self.nominal[team]
-        )
+        within = self.team_used[team] + self.team_pending[team] + record.gpus <= self.nominal[team]
         if within:
             sample = ReclaimSample(
                 team, record.name, now, needed=self.capacity - self.used < record.gpus

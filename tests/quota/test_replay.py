@@ -86,9 +86,7 @@ STEPS = [UsageSample(10.0, 4, 0), UsageSample(20.0, 8, 2), UsageSample(30.0, 0, 
         (30.0, 30.0, (0.0, 0.0)),
     ],
 )
-def test_step_mean_is_time_weighted(
-    start: float, stop: float, want: tuple[float, float]
-) -> None:
+def test_step_mean_is_time_weighted(start: float, stop: float, want: tuple[float, float]) -> None:
     assert step_mean(STEPS, start, stop) == pytest.approx(want)
 
 
