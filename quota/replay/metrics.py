@@ -181,6 +181,7 @@ def summarize(result: ReplayResult, *, buckets: int = 400) -> dict[str, Any]:
         "teams": teams,
         "run": {
             "wall_seconds": result.wall_seconds,
+            "cpu_seconds": result.cpu_seconds,
             "peak_rss_mb": result.peak_rss_mb,
             "cycles": result.cycles,
             "admissions": result.admissions,

@@ -205,8 +205,9 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         ("GPU-hours lost to preemption (preempted jobs)",
          f"{summary['gpu_hours_lost']:.1f} ({summary['preempted_jobs']})"),
         ("never started, by reason", summary["never_started_reasons"] or "none"),
-        ("replay wall time / peak memory",
-         f"{run['wall_seconds']:.1f} s / {run['peak_rss_mb']:.0f} MB"),
+        ("replay wall time (CPU time) / peak memory",
+         f"{run['wall_seconds']:.1f} s ({run.get('cpu_seconds', 0.0):.1f} s)"
+         f" / {run['peak_rss_mb']:.0f} MB"),
         ("cycles / admissions / preemptions",
          f"{run['cycles']} / {run['admissions']} / {run['preemptions']}"),
     ]  # fmt: skip
@@ -256,7 +257,7 @@ COMPARISON_COLUMNS = (
     "never started",
     "reclaim mean/max",
     "GPU-h lost",
-    "wall",
+    "wall (CPU)",
     "peak MB",
     "note",
 )
@@ -281,7 +282,7 @@ def comparison_rows(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[list[str
                 f"{_duration(reclaim['mean'])}/{_duration(reclaim['max'])}"
                 f" (n={s['reclaim']['needed_reclaim']})",
                 f"{s['gpu_hours_lost']:.0f}",
-                f"{s['run']['wall_seconds']:.0f} s",
+                f"{s['run']['wall_seconds']:.0f} s ({s['run'].get('cpu_seconds', 0.0):.0f} s)",
                 f"{s['run']['peak_rss_mb']:.0f}",
                 "TRUNCATED: " + s["truncated"] if s["truncated"] else "",
             ]
