@@ -284,7 +284,10 @@ def comparison_rows(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[list[str
                 f"{s['gpu_hours_lost']:.0f}",
                 f"{s['run']['wall_seconds']:.0f} s ({s['run'].get('cpu_seconds', 0.0):.0f} s)",
                 f"{s['run']['peak_rss_mb']:.0f}",
-                "TRUNCATED: " + s["truncated"] if s["truncated"] else "",
+                f"cut short at {s['simulated_until'][:16]} with {s['jobs']} jobs"
+                f" arrived: {s['truncated']}"
+                if s["truncated"]
+                else "",
             ]
         )
     return rows
