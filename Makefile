@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean console-assets chromium slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
+.PHONY: install run test lint typecheck bench replay clean console-assets chromium slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
 
 install: $(STAMP) console-assets
 
@@ -85,6 +85,17 @@ ray-down: install
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100
 	$(BIN)/python -m bench.proxy
+
+# The Philly trace replayed under the static, cohort and cohort-fair quota policies at
+# two capacity scales (563 and 704 GPUs), then the comparison table (README, Replaying
+# a GPU cluster's trace). Reports in .artifacts/replay/. Each run stops after
+# REPLAY_TIMEOUT wall seconds and says so in the table.
+REPLAY_TRACES  ?= ../shared/data/traces
+REPLAY_TIMEOUT ?= 900
+replay: install
+	$(BIN)/python -m bench.replay --trace $(REPLAY_TRACES)/philly_2017_vc_jobs.csv \
+		--sizes $(REPLAY_TRACES)/philly_2017_vc_nodes.csv --scales 0.2,0.25 \
+		--timeout $(REPLAY_TIMEOUT) --out .artifacts/replay
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(VENDOR) $(CONSOLE_ASSETS)/node_modules

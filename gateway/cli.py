@@ -1,4 +1,5 @@
-"""The `ignara` command line: `serve`, `apply`, `simulate`, `keys` and `report`."""
+"""The `ignara` command line: `serve`, `apply`, `simulate`, `keys`, `report`, `replay`
+and `replay-quotas`."""
 
 from __future__ import annotations
 
@@ -592,6 +593,149 @@ def report(
         )
 
     click.echo(_run_on_database(read), nl=False)
+
+
+@main.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option(
+    "--quota",
+    "quota_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The quota configuration to replay on (see `ignara replay-quotas`).",
+)
+@click.option(
+    "--policy",
+    required=True,
+    type=click.Choice(["static", "cohort", "cohort-fair"]),
+    help="The policy the quota file is; a file that is another one is refused.",
+)
+@click.option(
+    "--capacity-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Multiply every GPU quota by this (whole GPUs), to create contention.",
+)
+@click.option("--from", "start", default=None, help="Only jobs submitted from, e.g. 2017-10-01.")
+@click.option("--to", "end", default=None, help="... until (a bare date includes that day).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N jobs.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many wall seconds; the report says it was cut short.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write summary.json and report.html here.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole summary as JSON.")
+def replay(
+    trace: str,
+    quota_file: str,
+    policy: str,
+    capacity_scale: float,
+    start: str | None,
+    end: str | None,
+    limit: int | None,
+    timeout: float | None,
+    out: str | None,
+    as_json: bool,
+) -> None:
+    """Play a GPU job trace (Philly CSV: timestamp, duration, num_gpus, cluster) through
+    the quota engine on a simulated clock; each team (cluster) is the cluster queue of
+    that name. Exit 2 for unreadable input.
+
+    \b
+    ignara replay-quotas philly_2017_vc_nodes.csv --out quotas/
+    ignara replay philly_2017_vc_jobs.csv --quota quotas/cohort.yaml --policy cohort \\
+        --capacity-scale 0.25 --from 2017-10-01 --to 2017-11-30 --out replay/cohort
+    """
+    from quota.errors import QuotaError
+    from quota.replay.metrics import summarize
+    from quota.replay.report import comparison_markdown
+    from quota.replay.run import load_inputs, parse_window, write_outputs
+    from quota.replay.simulation import replay as play_trace
+
+    try:
+        first, last = parse_window(start, end)
+        inputs = load_inputs(
+            trace, quota_file, policy, scale=capacity_scale, start=first, end=last, limit=limit
+        )
+    except QuotaError as err:
+        click.echo(f"cannot replay: {err}", err=True)
+        sys.exit(2)
+    if not inputs.jobs:
+        click.echo("cannot replay: no job of the trace is in the window", err=True)
+        sys.exit(2)
+    with click.progressbar(
+        length=2 * len(inputs.jobs),
+        label=f"replaying {len(inputs.jobs):,} jobs ({policy})",
+        file=sys.stderr,
+    ) as bar:
+        result = play_trace(inputs.config, inputs.jobs, progress=bar.update, timeout=timeout)
+    summary = summarize(result)
+    summary["inputs"] = {
+        "trace": trace,
+        "quota": quota_file,
+        "capacity_scale": capacity_scale,
+        "from": start,
+        "to": end,
+        "limit": limit,
+        "timeout": timeout,
+    }
+    label = f"{policy} x{capacity_scale:g}"
+    if out is not None:
+        for path in write_outputs(out, summary, f"Replay of {trace}: {label}"):
+            click.echo(f"wrote {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(comparison_markdown([(label, summary)]), nl=False)
+
+
+@main.command("replay-quotas")
+@click.argument("sizes", type=click.Path(dir_okay=False))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Write static.yaml, cohort.yaml and cohort-fair.yaml here.",
+)
+@click.option(
+    "--scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Nominal GPUs = nodes x 8 x this (or leave 1 and scale at replay time).",
+)
+def replay_quotas(sizes: str, out: str, scale: float) -> None:
+    """Write one quota file per replay policy from the teams' sizes (a CSV of team and
+    nodes, like Philly's `vc,node num`): static (no cohort), cohort (one cohort,
+    borrowing, reclaim by preemption) and cohort-fair (the same with fair sharing)."""
+    from pathlib import Path
+
+    import yaml
+
+    from quota.errors import QuotaError
+    from quota.replay.policies import POLICIES, quota_document
+    from quota.replay.trace import load_team_sizes
+
+    try:
+        teams = load_team_sizes(sizes)
+        documents = {policy: quota_document(teams, policy, scale) for policy in POLICIES}
+    except QuotaError as err:
+        click.echo(f"cannot make quota files: {err}", err=True)
+        sys.exit(2)
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    for policy, document in documents.items():
+        path = directory / f"{policy}.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        click.echo(f"wrote {path}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

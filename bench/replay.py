@@ -1,0 +1,84 @@
+"""`make replay`: the Philly trace under the three quota policies at two capacity
+scales, one `ignara replay` process per run (so each one's peak memory is its own),
+then the comparison table: printed, and written with links to every run's report.
+
+    python -m bench.replay --trace ../shared/data/traces/philly_2017_vc_jobs.csv \\
+        --sizes ../shared/data/traces/philly_2017_vc_nodes.csv --out .artifacts/replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from quota.replay.report import COMPARISON_COLUMNS, comparison_markdown, comparison_rows
+
+POLICIES = ("static", "cohort", "cohort-fair")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--sizes", required=True, help="team sizes (Philly's vc,node num)")
+    parser.add_argument("--out", default=".artifacts/replay")
+    parser.add_argument("--scales", default="0.2,0.25", help="comma-separated capacity scales")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--timeout", type=float, default=None, help="wall seconds per run")
+    parser.add_argument("--from", dest="start", default=None)
+    parser.add_argument("--to", dest="end", default=None)
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    out = Path(args.out)
+    cli = [sys.executable, "-m", "gateway.cli"]
+    subprocess.run([*cli, "replay-quotas", args.sizes, "--out", str(out / "quotas")], check=True)
+    runs: list[tuple[str, dict[str, Any], str]] = []
+    for scale in (float(s) for s in args.scales.split(",")):
+        for policy in args.policies.split(","):
+            name = f"{policy}-x{scale:g}"
+            command = [
+                *cli, "replay", args.trace, "--quota", str(out / "quotas" / f"{policy}.yaml"),
+                "--policy", policy, "--capacity-scale", str(scale), "--out", str(out / name),
+            ]  # fmt: skip
+            for flag, value in (
+                ("--timeout", args.timeout),
+                ("--from", args.start),
+                ("--to", args.end),
+                ("--limit", args.limit),
+            ):
+                if value is not None:
+                    command += [flag, str(value)]
+            began = time.perf_counter()
+            print(f"{name}: {' '.join(command[3:])}", file=sys.stderr, flush=True)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+            summary = json.loads((out / name / "summary.json").read_text())
+            runs.append((f"{policy} x{scale:g}", summary, f"{name}/report.html"))
+    table = comparison_markdown([(label, s) for label, s, _ in runs])
+    (out / "table.md").write_text(table)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COMPARISON_COLUMNS)
+    body = "".join(
+        "<tr>"
+        + f'<td><a href="{html.escape(link)}">{html.escape(row[0])}</a></td>'
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:])
+        + "</tr>"
+        for row, (_, _, link) in zip(
+            comparison_rows([(label, s) for label, s, _ in runs]), runs, strict=True
+        )
+    )
+    (out / "index.html").write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Replay</title>'
+        "<style>table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px}"
+        f"</style></head><body><h1>Replay: {html.escape(args.trace)}</h1>"
+        f"<table><tr>{head}</tr>{body}</table></body></html>\n"
+    )
+    print(table, end="")
+
+
+if __name__ == "__main__":
+    main()
