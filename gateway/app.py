@@ -23,6 +23,7 @@ from gateway.inference.routes import InferenceRoutes
 from gateway.json_bodies import GatewayRequest
 from gateway.observability import Observability
 from gateway.observability.controller import MetricsController
+from gateway.observability.logs import logging_config
 from gateway.observability.metrics import UNMATCHED, method_label
 from gateway.openapi import describe_api, openapi_config
 from gateway.services import Services
@@ -165,6 +166,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
         },
         middleware=[auth_middleware(services.authenticator)],
         exception_handlers=exception_handlers,
+        logging_config=logging_config(services.settings),
         lifespan=[services.lifespan],
         request_max_body_size=MAX_BODY_BYTES,
         request_class=GatewayRequest,

@@ -53,9 +53,6 @@ def serve(
         _migrate_and_apply(settings, seed_file, only_if_unconfigured=True)
     else:
         _migrate_and_apply(settings, config_file)
-    from gateway.observability.logs import configure_logging
-
-    configure_logging(settings)  # every line JSON (IGNARA_LOG_FORMAT), secrets cut out
     app = create_app(settings)
     _settle_the_heap()
     uvicorn.run(
@@ -63,7 +60,7 @@ def serve(
         host=host or settings.server.host,
         port=port or settings.server.port,
         log_level=settings.server.log_level,
-        log_config=None,  # uvicorn's lines go through the handler set up above
+        log_config=None,  # uvicorn's lines go through the app's (gateway.observability.logs)
         access_log=False,  # the gateway writes its own (IGNARA_ACCESS_LOG), with tenants
         http=JoiningHttpToolsProtocol,
     )

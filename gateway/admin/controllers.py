@@ -392,7 +392,11 @@ async def _revoke(
         out = _key_out(revoked, principal)
     services.api_keys.invalidate(key_id)  # this replica refuses it from now on
     services.observe.events.info(
-        "key.revoked", key_id=key_id, tenant=tenant, principal=principal, actor=identity.principal
+        "key.revoked",
+        key_id=key_id,
+        tenant=tenant,
+        principal=principal.name,
+        actor=identity.principal,
     )
     return out
 
@@ -429,7 +433,7 @@ async def _rotate(
         "key.rotated",
         key_id=key_id,
         tenant=tenant,
-        principal=principal,
+        principal=principal.name,
         grace_seconds=data.grace_seconds,
         actor=identity.principal,
     )

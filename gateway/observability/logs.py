@@ -4,8 +4,8 @@
 preempted, dispatched, finished; leadership taken or lost; the config reloaded; a key
 created, rotated or revoked) and, when access logging is on, one line per request.
 They go to the standard library's logger ``ignara.events`` (``ignara.access``) already
-as structlog event dicts; :func:`configure_logging` (called by ``ignara serve`` for its
-own process, never at import) renders those and every other library's lines as JSON.
+as structlog event dicts; :func:`logging_config` (Litestar's set-up, applied when the
+app is built) renders those and every other library's lines as JSON.
 
 Nothing secret is written: fields named like a secret are replaced, any API key token
 (``ign_...``) and the gateway's own secrets are cut out of every value, and what a
@@ -17,16 +17,24 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from collections.abc import Iterable
 from typing import Any
 
 import structlog
+from litestar.logging.config import LoggingConfig
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from gateway.settings import Settings
 
-__all__ = ["ACCESS_LOGGER", "EVENTS_LOGGER", "Events", "Scrubber", "configure_logging", "formatter"]
+__all__ = [
+    "ACCESS_LOGGER",
+    "EVENTS_LOGGER",
+    "Events",
+    "Scrubber",
+    "formatter",
+    "json_formatter",
+    "logging_config",
+]
 
 EVENTS_LOGGER = "ignara.events"
 ACCESS_LOGGER = "ignara.access"
@@ -120,16 +128,21 @@ class Events:
 def formatter(settings: Settings) -> logging.Formatter:
     """Renders records as JSON (or for a terminal): structlog's events as they are, any
     other library's with its level, logger name and time added, all scrubbed."""
+    return json_formatter(settings.observability.log_format, list(secrets_of(settings)))
+
+
+def json_formatter(log_format: str = "json", secrets: list[str] | None = None) -> logging.Formatter:
+    """:func:`formatter` by its parts (``logging.config`` builds it from a dict)."""
     renderer: Processor = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if settings.observability.log_format == "console"
+        if log_format == "console"
         else structlog.processors.JSONRenderer()
     )
     return structlog.stdlib.ProcessorFormatter(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            Scrubber(secrets_of(settings), prompts=True),
+            Scrubber(secrets or (), prompts=True),
             renderer,
         ],
         foreign_pre_chain=[
@@ -140,16 +153,19 @@ def formatter(settings: Settings) -> logging.Formatter:
     )
 
 
-def configure_logging(settings: Settings, stream: Any = None) -> logging.Handler:
-    """Route every log record of this process through one handler on ``stream``
-    (stderr), rendered by :func:`formatter`, at the configured level."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(formatter(settings))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(settings.server.log_level.upper())
-    # The access lines are ours (IGNARA_ACCESS_LOG), with tenant, key id and tokens.
-    logging.getLogger("uvicorn.access").disabled = True
-    return handler
+def logging_config(settings: Settings) -> LoggingConfig:
+    """Litestar's logging set-up (it applies it when the app is built: a queue and one
+    handler on stderr for the whole process) with every line rendered by
+    :func:`formatter` at the configured level."""
+    return LoggingConfig(
+        formatters={
+            "standard": {
+                "()": json_formatter,
+                "log_format": settings.observability.log_format,
+                "secrets": list(secrets_of(settings)),
+            }
+        },
+        root={"level": settings.server.log_level.upper(), "handlers": ["queue_listener"]},
+        # Our access lines say what uvicorn's would, with tenants, keys and tokens.
+        loggers={"uvicorn.access": {"level": "WARNING", "propagate": False, "handlers": []}},
+    )

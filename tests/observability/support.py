@@ -47,17 +47,21 @@ class Captured:
 
 @contextmanager
 def captured_logs(settings: Settings) -> Iterator[Captured]:
-    """Every log record of the process at INFO and above, rendered as ``ignara serve``
-    renders them (JSON, scrubbed)."""
+    """Every log record of the gateway's loggers (``ignara.*``, ``gateway.*``) at INFO
+    and above, rendered as the app renders them (JSON, scrubbed). On those loggers, not
+    the root: building an app hands the root's handlers to Litestar's set-up."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter(settings))
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    handler.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in ("ignara", "gateway", "tenants")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     try:
         yield Captured(stream)
     finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
