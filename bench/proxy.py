@@ -76,7 +76,8 @@ TARGETS = {
 # applied to the reference proxy measured in a run they give targets for that run's
 # machine ("scaled_target").
 NOTES_REFERENCE_RPS = {"non-streaming": 3050, "streaming": 1600}
-TARGET_NAMES = ("direct", "gateway", "reference")
+TARGET_NAMES = ("direct", "gateway", "reference", "gateway-nometrics")
+DEFAULT_TARGETS = ("direct", "gateway", "reference")
 SCALING_NOTE = (
     "this machine's speed varies from day to day, so the absolute rps targets are also "
     "given scaled: each is a fraction of what a bare Python proxy (Litestar, aiohttp "
@@ -277,7 +278,14 @@ class Gateway:
 
 
 @contextmanager
-def gateway(tmp: Path, upstream: str, redis: str, profile: str | None) -> Iterator[Gateway]:
+def gateway(
+    tmp: Path, upstream: str, redis: str, profile: str | None, *, metrics: bool = True
+) -> Iterator[Gateway]:
+    """``ignara serve`` on ``upstream``; ``metrics=False``: with IGNARA_METRICS=0 (the
+    ``gateway-nometrics`` target, to weigh what the metrics cost in the same run)."""
+    if not metrics:
+        tmp = tmp / "nometrics"
+        tmp.mkdir()
     config = tmp / "bench.yaml"
     config.write_text(CONFIG.format(tenant=TENANT, model=MODEL, upstream=upstream))
     port = free_port()
@@ -295,6 +303,7 @@ def gateway(tmp: Path, upstream: str, redis: str, profile: str | None) -> Iterat
         IGNARA_LOCAL_BACKEND_ROOT=str(tmp / "jobs"),
         IGNARA_KEY_PEPPER_FILE=str(tmp / "pepper"),
         IGNARA_LOG_LEVEL="warning",
+        IGNARA_METRICS="1" if metrics else "0",
     )
     serve = ["serve", "--config", str(config), "--port", str(port)]
     if profile:
@@ -608,7 +617,7 @@ async def run_cell(
                 args.warmup,
                 per_slice,
                 {k: v for k, v in watch.items() if k in ("upstream", target.name)},
-                redis if target.name == "gateway" else None,
+                redis if target.name.startswith("gateway") else None,
             )
             slices[target.name].append(s)
             log(
@@ -621,6 +630,9 @@ async def run_cell(
     direct, gw, ref = cell.get("direct"), cell.get("gateway"), cell.get("reference")
     if direct and gw and direct["rps"] and gw["rps"] is not None:
         cell["gateway_over_direct_rps"] = round(gw["rps"] / direct["rps"], 3)
+    bare = cell.get("gateway-nometrics")
+    if gw and bare and bare["rps"]:
+        cell["metrics_on_over_off_rps"] = round(gw["rps"] / bare["rps"], 3)
     if direct and gw and direct["p50_ms"] is not None and gw["p50_ms"] is not None:
         cell["added_p50_ms"] = round(gw["p50_ms"] - direct["p50_ms"], 3)
         cell["added_p99_ms"] = round(gw["p99_ms"] - direct["p99_ms"], 3)
@@ -773,8 +785,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--modes", default="non-streaming,streaming")
     parser.add_argument(
         "--targets",
-        default=",".join(TARGET_NAMES),
-        help="any of direct,gateway,reference; direct is required",
+        default=",".join(DEFAULT_TARGETS),
+        help="any of direct,gateway,reference,gateway-nometrics; direct is required",
     )
     parser.add_argument("--json-only", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
@@ -855,6 +867,13 @@ def main(argv: list[str] | None = None) -> int:
                 targets.insert(
                     1, Target("gateway", f"{gw.base_url}/v1/chat/completions", headers, gw.proc)
                 )
+            if "gateway-nometrics" in args.targets:
+                bare = stack.enter_context(gateway(tmp, base, redis, None, metrics=False))
+                log(f"gateway without metrics on {bare.base_url}")
+                headers = {"Content-Type": "application/json"}
+                headers["Authorization"] = f"Bearer {bare.token}"
+                url = f"{bare.base_url}/v1/chat/completions"
+                targets.append(Target("gateway-nometrics", url, headers, bare.proc))
             report.update(asyncio.run(bench(args, targets, redis)))
             with contextlib.suppress(OSError):
                 report["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -61,7 +61,8 @@ def serve(
         host=host or settings.server.host,
         port=port or settings.server.port,
         log_level=settings.server.log_level,
-        access_log=settings.server.access_log,
+        log_config=None,  # uvicorn's lines go through the app's (gateway.observability.logs)
+        access_log=False,  # the gateway writes its own (IGNARA_ACCESS_LOG), with tenants
         http=JoiningHttpToolsProtocol,
     )
 

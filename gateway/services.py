@@ -28,6 +28,8 @@ from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.estimates import InputCorrections
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
+from gateway.observability import Observability
+from gateway.observability.policy import TimedPolicy
 from gateway.outages import Outages, database_unavailable
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
@@ -99,6 +101,8 @@ class Services:
     charged_loader: ChargedLoader | None = None
     # The live quota state (gateway.admission.state), published by the admission leader.
     live: LiveBoard | None = None
+    # Metrics, traces and event logs (gateway.observability).
+    observe: Observability = field(default_factory=Observability)
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -122,9 +126,12 @@ class Services:
             Path(settings.backends.local_root), isolation=settings.backends.local_isolation
         )
         backends: dict[str, Backend] = {LOCAL_BACKEND: local}
-        policy = create_policy_engine(
+        observe = Observability.build(settings)
+        policy: PolicyEngine = create_policy_engine(
             settings.policy.opa_url, timeout=settings.policy.timeout_seconds
         )
+        if observe.metrics is not None:
+            policy = TimedPolicy(policy, observe.metrics.policy_duration)
         options = settings.inference
         upstreams = UpstreamClient(
             timeouts=Timeouts(
@@ -161,6 +168,7 @@ class Services:
             corrections=InputCorrections(max_factor=options.estimate_max_factor),
             cap_output=options.cap_output,
             cut_margin=options.stream_cut_margin,
+            observe=observe,
         )
         health = HealthChecker(
             inference.catalog.registry, upstreams, interval=options.health_interval
@@ -181,6 +189,7 @@ class Services:
             reclaimer=reclaimer,
             charged_loader=charged_hours,
             live=LiveBoard(database, charged=charged_hours),
+            observe=observe,
         )
 
     async def reload_config(self) -> None:
@@ -229,6 +238,8 @@ class Services:
             self.outages.redis.failed(err)
             return
         self.outages.redis.recovered(began)
+        if version != self.config_version:
+            self.observe.events.info("config.reloaded", version=version)
         self.config_version = version
 
     @property
@@ -331,8 +342,8 @@ class Services:
             return
         for key in expired:
             self.api_keys.invalidate(key.key_id)
-            log.info(
-                "expired idle key %s of tenant %s: %s", key.key_id, key.tenant, key.revoked_reason
+            self.observe.events.info(
+                "key.expired", key_id=key.key_id, tenant=key.tenant, reason=key.revoked_reason
             )
 
     async def warn_without_admin(self) -> None:
@@ -373,6 +384,7 @@ class Services:
             estimate_interval=self.settings.admission.estimate_interval,
             charged=self.charged_loader,
             board=self.live,
+            observe=self.observe,
         )
         leases = self._lease_rounds()
         for rounds in leases:
@@ -400,6 +412,8 @@ class Services:
             await self.authenticator.aclose()
             await self.policy.close()
             await self.database.dispose()
+            if self.observe.tracing is not None:  # what is still batched goes out now
+                await asyncio.to_thread(self.observe.tracing.shutdown)
 
 
 def oidc_verifier(settings: Settings) -> OidcVerifier | None:

@@ -225,6 +225,29 @@ class ConsoleSettings:
 
 
 @dataclass(frozen=True)
+class ObservabilitySettings:
+    # Prometheus series at GET /metrics (IGNARA_METRICS=0: none are kept or served).
+    metrics: bool = True
+    # When set (IGNARA_METRICS_TOKEN), /metrics asks for ``Authorization: Bearer <it>``;
+    # unset, it is open, as Prometheus scrapes usually are (keep it off the public port).
+    metrics_token: str | None = field(default=None, repr=False)
+    # prometheus-client's own variable (PROMETHEUS_MULTIPROC_DIR): with several worker
+    # processes, each writes its series there and a scrape adds them up.
+    multiproc_dir: str | None = None
+    # OpenTelemetry traces over OTLP/HTTP (protobuf) when an endpoint is set
+    # (OTEL_EXPORTER_OTLP_ENDPOINT, "/v1/traces" appended; or
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, used as is); unset: no tracer exists at all.
+    otlp_traces_endpoint: str | None = None
+    otlp_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    service_name: str = "ignara-gateway"
+    # Log lines as JSON objects (IGNARA_LOG_FORMAT=json, the default) or for people
+    # ("console"); ``ignara serve`` sets this up for its own process only.
+    log_format: str = "json"
+    # Access lines carry what the caller sent only when asked (IGNARA_LOG_PROMPTS=1).
+    log_prompts: bool = False
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings
     database: DatabaseSettings
@@ -234,6 +257,7 @@ class Settings:
     inference: InferenceSettings = InferenceSettings()
     admission: AdmissionSettings = AdmissionSettings()
     console: ConsoleSettings = ConsoleSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -356,6 +380,7 @@ class Settings:
                 oidc_redirect_uri=env.get("OIDC_CONSOLE_REDIRECT_URI") or None,
                 oidc_scopes=env.get("OIDC_CONSOLE_SCOPES") or ConsoleSettings.oidc_scopes,
             ),
+            observability=_observability(env),
         )
 
 
@@ -418,6 +443,42 @@ def _margin(env: Mapping[str, str], name: str) -> float | None:
     if value is None or not math.isfinite(value) or not 0 <= value <= 100:
         raise ValueError(f'{name} must be a share from 0 to 100, or "off", not {raw!r}')
     return value
+
+
+def _observability(env: Mapping[str, str]) -> ObservabilitySettings:
+    """The metrics, traces and logs settings; ``ValueError`` names a bad variable."""
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if not traces and base:
+        traces = base.rstrip("/") + "/v1/traces"
+    if _flag(env.get("OTEL_SDK_DISABLED", "0")):
+        traces = ""
+    protocol = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf").strip()
+    if traces and protocol != "http/protobuf":
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL must be http/protobuf, not {protocol!r}")
+    if traces and not traces.startswith(("http://", "https://")):
+        raise ValueError(f"the OTLP endpoint must be an http(s) URL, not {traces!r}")
+    headers: dict[str, str] = {}
+    for pair in env.get("OTEL_EXPORTER_OTLP_HEADERS", "").split(","):
+        name, sep, value = pair.partition("=")
+        if not pair.strip():
+            continue
+        if not sep or not name.strip():
+            raise ValueError("OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs, comma-separated")
+        headers[name.strip().lower()] = value.strip()
+    log_format = env.get("IGNARA_LOG_FORMAT", ObservabilitySettings.log_format).strip().lower()
+    if log_format not in ("json", "console"):
+        raise ValueError(f"IGNARA_LOG_FORMAT must be json or console, not {log_format!r}")
+    return ObservabilitySettings(
+        metrics=_flag(env.get("IGNARA_METRICS", "1")),
+        metrics_token=env.get("IGNARA_METRICS_TOKEN") or None,
+        multiproc_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
+        otlp_traces_endpoint=traces or None,
+        otlp_headers=headers,
+        service_name=env.get("OTEL_SERVICE_NAME", "").strip() or ObservabilitySettings.service_name,
+        log_format=log_format,
+        log_prompts=_flag(env.get("IGNARA_LOG_PROMPTS", "0")),
+    )
 
 
 def _flag(value: str) -> bool:

@@ -403,6 +403,14 @@ async def _issue(
             limits=limits,
         )
         out = _key_out(key, principal)
+    services.observe.events.info(
+        "key.created",
+        key_id=out.key_id,
+        tenant=tenant,
+        principal=principal,
+        roles=sorted(roles),
+        actor=identity.principal,
+    )
     out.token = token
     return out
 
@@ -439,6 +447,13 @@ async def _revoke(
         revoked = await revoke_api_key(session, tenant, key_id, actor=identity.principal)
         out = _key_out(revoked, principal)
     services.api_keys.invalidate(key_id)  # this replica refuses it from now on
+    services.observe.events.info(
+        "key.revoked",
+        key_id=key_id,
+        tenant=tenant,
+        principal=principal.name,
+        actor=identity.principal,
+    )
     return out
 
 
@@ -470,6 +485,14 @@ async def _rotate(
         )
         out = _key_out(key, principal)
     services.api_keys.invalidate(key_id)  # this replica checks the new secret at once
+    services.observe.events.info(
+        "key.rotated",
+        key_id=key_id,
+        tenant=tenant,
+        principal=principal.name,
+        grace_seconds=data.grace_seconds,
+        actor=identity.principal,
+    )
     out.token = token
     return out
 

@@ -65,6 +65,7 @@ from gateway.backends import (
     PassScoped,
     PodShape,
 )
+from gateway.observability import Observability
 from quota.resources import MILLI, parse_quantity
 from tenants import Database
 from tenants.models import WorkloadEventRow, WorkloadRow
@@ -100,9 +101,12 @@ class Dispatcher:
         database: Database,
         backends: Mapping[str, Backend],
         flavor_backends: Mapping[str, str] | None = None,
+        *,
+        observe: Observability | None = None,
     ) -> None:
         self.database = database
         self.backends = backends
+        self.observe = observe or Observability()
         self.flavor_backends: Mapping[str, str] = (
             flavor_backends if flavor_backends is not None else {}
         )
@@ -185,7 +189,9 @@ class Dispatcher:
         try:
             # True: the backend already had a job of that name (a gateway that crashed
             # between submitting and noting it): it is followed, not submitted again.
-            found = await backend.submit(spec)
+            attributes = {"ignara.workload": row.id, "ignara.backend": backend.name}
+            with self.observe.span("workload.dispatch", attributes):
+                found = await backend.submit(spec)
         except (JobRefusedError, JobRejectedError) as err:
             await self._end(row, "failed", "BackendRefused", str(err))
             result.finished.append(row.id)
@@ -217,6 +223,15 @@ class Dispatcher:
             ),
         ):
             result.started.append(row.id)
+            self.observe.events.info(
+                "workload.adopted" if found is True else "workload.dispatched",
+                workload=row.id,
+                tenant=row.tenant,
+                queue=row.queue,
+                backend=backend.name,
+                job=job_id,
+                backend_job_id=known,
+            )
 
     async def _named(self, row: WorkloadRow, job_id: str, backend: Backend) -> bool:
         """Note ``job_id`` (and its backend) on the admitted row before its job exists;
@@ -312,6 +327,9 @@ class Dispatcher:
             "backend_job_id": row.backend_job_id,
             "message": status.message,
         }
+        self.observe.events.warning(
+            "workload.lost", workload=row.id, tenant=row.tenant, queue=row.queue, **lost
+        )
         await self._guarded(
             row,
             ("lost", lost),
@@ -363,7 +381,7 @@ class Dispatcher:
             "backend": row.backend,
             "backend_job_id": noted.get("backend_job_id", row.backend_job_id),
         }
-        await self._guarded(
+        if await self._guarded(
             row,
             (_END_EVENTS[state], detail),
             state=state,
@@ -372,7 +390,17 @@ class Dispatcher:
             reason_message=message[:2000],
             reason_detail=None,
             **noted,
-        )
+        ):
+            self.observe.events.info(
+                "workload.finished",
+                workload=row.id,
+                tenant=row.tenant,
+                queue=row.queue,
+                state=state,
+                reason=code,
+                exit_code=detail["exit_code"],
+                backend=row.backend,
+            )
 
     async def _guarded(self, row: WorkloadRow, *events: Event | None, **values: Any) -> bool:
         """Write only if the row is as read, with its events in the same transaction; a lost

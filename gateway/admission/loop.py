@@ -11,16 +11,18 @@ Each pass:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from gateway.admission.snapshot import ChargedLoader, read_snapshot
+from gateway.admission.snapshot import ChargedLoader, aware, read_snapshot
 from gateway.admission.state import LiveBoard
+from gateway.observability import Observability
 from quota import Preemption
 from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload
@@ -59,11 +61,13 @@ class AdmissionLoop:
         clock: Callable[[], float] = time.time,
         charged: ChargedLoader | None = None,
         board: LiveBoard | None = None,
+        observe: Observability | None = None,
     ) -> None:
         self.database = database
         self.clock = clock
         self.charged = charged
         self.board = board  # told the state after each pass that commits
+        self.observe = observe or Observability()
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
@@ -94,7 +98,47 @@ class AdmissionLoop:
             self.board.publish(
                 engine, by_id, as_of=snapshot.now, opened=snapshot.opened, closed=closed
             )
+        self._report(snapshot.now, by_id, admitted, {n: engine.preemption(n) for n in preempted})
         return PassResult(sorted(admitted), sorted(preempted))
+
+    def _report(
+        self,
+        now: datetime,
+        rows: Mapping[str, WorkloadRow],
+        admitted: Mapping[str, AdmittedWorkload],
+        preempted: Mapping[str, Preemption | None],
+    ) -> None:
+        """What a committed pass decided, as metrics and one log line per decision."""
+        metrics, events = self.observe.metrics, self.observe.events
+        for name, record in sorted(admitted.items()):
+            row, queue = rows[name], record.admission.cluster_queue
+            waited = max(0.0, (now - aware(row.created_at)).total_seconds())
+            if metrics is not None:
+                metrics.admitted.labels(queue).inc()
+                metrics.admission_wait.labels(queue).observe(waited)
+            flavors = sorted({f for p in record.admission.pod_sets for f in p.flavors.values()})
+            events.info(
+                "workload.admitted",
+                workload=name,
+                tenant=row.tenant,
+                queue=queue,
+                flavors=flavors,
+                attempt=row.attempt + 1,
+                waited_seconds=round(waited, 3),
+            )
+        for name, why in sorted(preempted.items()):
+            row = rows[name]
+            reason = why.reason.value if why is not None else "Unknown"
+            if metrics is not None:
+                metrics.preempted.labels(row.queue, reason).inc()
+            events.info(
+                "workload.preempted",
+                workload=name,
+                tenant=row.tenant,
+                queue=row.queue,
+                preemptor=why.preemptor if why is not None else None,
+                reason=reason,
+            )
 
 
 async def _guarded(

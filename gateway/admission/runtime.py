@@ -4,6 +4,7 @@ leader lock runs the passes; the others keep trying to take over."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from gateway.admission.dispatcher import Dispatcher
@@ -14,6 +15,7 @@ from gateway.admission.snapshot import ChargedLoader
 from gateway.admission.state import LiveBoard
 from gateway.backends import Backend
 from gateway.background import Rounds
+from gateway.observability import Observability
 from gateway.outages import Outage, database_unavailable
 from tenants import Database
 
@@ -34,23 +36,33 @@ class AdmissionRuntime:
         charged: ChargedLoader | None = None,
         estimate_interval: float = 5.0,
         board: LiveBoard | None = None,
+        observe: Observability | None = None,
     ) -> None:
+        self.observe = observe or Observability()
         # A database outage fails every round; it is logged once, not every round.
         self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
-        self.loop = AdmissionLoop(database, charged=charged, board=board)
-        self.dispatcher = Dispatcher(database, backends, flavor_backends)
+        self.loop = AdmissionLoop(database, charged=charged, board=board, observe=self.observe)
+        self.dispatcher = Dispatcher(database, backends, flavor_backends, observe=self.observe)
         self.forecasts = ForecastPass(database, interval=estimate_interval, charged=charged)
         self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")
+        self._was_leading = False
 
     async def step(self) -> bool:
         """One round as leader, if this process is (or becomes) the leader."""
-        if not await self.lock.try_acquire():
+        leading = await self.lock.try_acquire()
+        self._leading(leading)
+        if not leading:
             return False
+        metrics = self.observe.metrics
+        began = time.perf_counter()
         try:
-            await self.loop.run_pass()
+            with self.observe.span("admission.pass"):
+                await self.loop.run_pass()
         except StaleDecisionError as err:
             log.info("admission pass rolled back, retrying next round: %s", err)
+        if metrics is not None:
+            metrics.admission_cycle.observe(time.perf_counter() - began)
         await self.dispatcher.run_pass()
         if self.forecasts.due():
             await self.forecasts.run()
@@ -70,8 +82,18 @@ class AdmissionRuntime:
             else:
                 log.exception("admission round failed; releasing leadership and retrying")
             await self.lock.release()
+            self._leading(False)
             return
         self.outage.recovered(began)
+
+    def _leading(self, now: bool) -> None:
+        """Say when this process takes or loses the admission loop."""
+        if now == self._was_leading:
+            return
+        self._was_leading = now
+        self.observe.events.info("admission.leader", leader=now)
+        if self.observe.metrics is not None:
+            self.observe.metrics.leader.set(1 if now else 0)
 
     async def start(self) -> None:
         self._rounds.start()
@@ -81,3 +103,4 @@ class AdmissionRuntime:
         whole), then give up leadership."""
         await self._rounds.stop()
         await self.lock.release()
+        self._leading(False)

@@ -110,6 +110,9 @@ class LiveSummary:
     cohorts: Mapping[str, CohortState]
     # tenant -> the queues it may use
     opened: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # queue -> how many of its pending workloads wait in it though their tenant may no
+    # longer use it (Kueue's "inadmissible"; the rest are "active")
+    inadmissible: Mapping[str, int] = field(default_factory=dict)
 
     def queues_of(self, tenant: str) -> list[str]:
         return sorted(q for q in self.opened.get(tenant, ()) if q in self.queues)
@@ -142,6 +145,7 @@ def summarize(
     (pending in a queue their tenant may no longer use, so not in the engine); ``rows``
     (by id) give the oldest one's creation time as stored."""
     state = engine.state
+    closed = tuple(closed)
     waiting = _waiting(engine, rows, closed)
     lent = _lent(state.cohorts.values())
     budgets = engine.budgets()
@@ -159,7 +163,11 @@ def summarize(
         name: _cohort_state(cohort, queues, lent, budgets)
         for name, cohort in sorted(state.cohorts.items())
     }
-    return LiveSummary(as_of, source, queues, cohorts, dict(opened))
+    inadmissible: dict[str, int] = {}
+    for row in closed:
+        if row.queue in queues:
+            inadmissible[row.queue] = inadmissible.get(row.queue, 0) + 1
+    return LiveSummary(as_of, source, queues, cohorts, dict(opened), inadmissible)
 
 
 def _waiting(
@@ -343,6 +351,7 @@ class _Published:
     at: float
     max_age: float
     build: Callable[[], LiveSummary]
+    source: str = "leader"
     summary: LiveSummary | None = None
 
 
@@ -387,6 +396,7 @@ class LiveBoard:
             lambda: summarize(
                 engine, rows, as_of=as_of, source=source, opened=opened, closed=closed
             ),
+            source,
         )
 
     def _fresh(self) -> _Published | None:
@@ -410,6 +420,19 @@ class LiveBoard:
                 # loop (the engine is no longer changed, so a thread may read it).
                 fresh.summary = await asyncio.to_thread(fresh.build)
             return fresh.summary
+
+    async def published(self) -> LiveSummary | None:
+        """The leader's last pass, if this process leads and it is fresh; never a read
+        of the database (for the metrics: a scrape of a replica that does not lead
+        reports no quota state, as Kueue's do not)."""
+        fresh = self._fresh()
+        if fresh is None or fresh.source != "leader":
+            return None
+        if fresh.summary is None:
+            async with self._reading:
+                if fresh.summary is None:
+                    fresh.summary = await asyncio.to_thread(fresh.build)
+        return fresh.summary
 
     async def _read(self) -> None:
         snapshot = await read_snapshot(self.database, charged=self.charged)

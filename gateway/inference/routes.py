@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
+import msgspec
 from litestar.enums import ScopeType
 from litestar.response.streaming import ASGIStreamingResponse
 from litestar.types import HTTPRequestEvent, HTTPScope, Message, Receive, Scope, Send
@@ -30,6 +31,8 @@ from gateway.auth.middleware import one_authorization, send_refusal
 from gateway.inference.calls import CallKind
 from gateway.inference.problems import InferenceError
 from gateway.inference.service import Answer, InferenceService
+from gateway.observability import Observability
+from gateway.observability.access import AccessNote
 from gateway.outages import DATABASE_RETRY_AFTER, Outage, database_unavailable
 
 __all__ = ["MAX_BODY_BYTES", "ROUTES", "InferenceRoutes"]
@@ -67,7 +70,13 @@ class InferenceRoutes:
         realm: str = "ignara",
         max_body_bytes: int = MAX_BODY_BYTES,
         database_outage: Outage | None = None,
+        observe: Observability | None = None,
     ) -> None:
+        observe = observe or Observability()
+        self._tracing = observe.tracing
+        self._span = observe.span
+        self._access = observe.access is not None  # notes for the access log line
+        self._log_prompts = observe.log_prompts
         self._authenticator = authenticator
         self._service = service
         self._database_outage = database_outage or Outage("database")
@@ -82,16 +91,48 @@ class InferenceRoutes:
         path = scope["path"]
         return ROUTES.get(path[:-1] if path.endswith("/") else path)
 
+    @staticmethod
+    def route_of(scope: Scope) -> str:
+        """The route (template) of a request :meth:`kind_of` found to be one of ours."""
+        path: str = scope["path"]
+        return path[:-1] if path.endswith("/") else path
+
     async def serve(self, kind: CallKind, scope: HTTPScope, receive: Receive, send: Send) -> None:
         """Answer one request that :meth:`kind_of` found to be for ``kind``."""
+        if self._tracing is None:
+            await self._serve(kind, scope, receive, send)
+            return
+        route = self.route_of(scope)
+        attributes = {"http.request.method": scope["method"], "http.route": route}
+        with self._tracing.span(f"{scope['method']} {route}", attributes, server=True) as span:
+            status = 0
+
+            async def sending(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            await self._serve(kind, scope, receive, sending)
+            span.set_attribute("http.response.status_code", status)
+
+    async def _serve(self, kind: CallKind, scope: HTTPScope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
             await _send_problem(send, _NOT_ALLOWED)
             return
         headers, authorizations = _headers(scope)
+        access = None
+        if self._access:  # read by gateway.app's access log line once the answer is out
+            access = cast("dict[str, Any]", scope)["ignara.access"] = AccessNote()
         try:
-            identity = await self._authenticator.authenticate(one_authorization(authorizations))
+            with self._span("auth"):
+                identity = await self._authenticator.authenticate(one_authorization(authorizations))
+            if access is not None:
+                cast("dict[str, Any]", scope)["user"] = identity
             raw = await self._body(receive, headers.get("content-length"))
-            answer = await self._service.handle(identity, kind, raw, headers)
+            if access is not None and self._log_prompts:
+                access.prompt = _prompt_of(raw)
+            answer = await self._service.handle(identity, kind, raw, headers, access)
         except AuthenticationError as err:
             if err.status_code == 401:  # a 503's cause is logged once per outage, not per call
                 log.info("authentication refused (%s) for %r", err.code, scope["path"])
@@ -160,6 +201,25 @@ _NOT_ALLOWED = InferenceError(
     code="method_not_allowed",
     headers={"allow": "POST"},
 )
+
+
+_PROMPT_LOG_CHARS = 4096
+
+
+def _prompt_of(raw: bytes) -> Any:
+    """What the caller sent (messages, prompt or input), for an access line: at most
+    :data:`_PROMPT_LOG_CHARS` characters of its JSON."""
+    try:
+        body = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    for name in ("messages", "prompt", "input"):
+        if name in body:
+            text = msgspec.json.encode(body[name]).decode()
+            return text[:_PROMPT_LOG_CHARS]
+    return None
 
 
 def _too_large(limit: int) -> InferenceError:

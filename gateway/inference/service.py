@@ -55,6 +55,8 @@ from gateway.inference.sse import StreamAccountant, error_event
 from gateway.inference.upstreams import ChunkStream, UpstreamClient, UpstreamResponse
 from gateway.inference.waiting import WaitLine
 from gateway.ledgers import Grant, KeyCharge, Ledger, LedgerUnavailableError, Refusal
+from gateway.observability import Observability
+from gateway.observability.access import AccessNote
 from gateway.outages import Outage
 from gateway.policy import Decision, PolicyEngine
 from gateway.usage import UsageRecord, UsageRecorder
@@ -121,6 +123,7 @@ class _Context:
     grant: Grant
     started: float
     prompt: int  # the input tokens reserved (the estimate, corrected)
+    access: AccessNote | None = None  # filled in for the access log, when it is on
 
     @property
     def queue(self) -> str:
@@ -144,6 +147,7 @@ class InferenceService:
         corrections: InputCorrections | None = None,
         cap_output: bool = True,
         cut_margin: float | None = 0.25,
+        observe: Observability | None = None,
     ) -> None:
         self.ledger = ledger
         self.client = client
@@ -159,6 +163,10 @@ class InferenceService:
         self.cap_output = cap_output
         self.cut_margin = cut_margin
         self._settling: set[asyncio.Task[None]] = set()
+        observe = observe or Observability()
+        self.metrics = observe.metrics
+        self._span = observe.span
+        self._tracing = observe.tracing is not None
         self._draining = False  # in drain(): settles the ledger refuses are not tried again
 
     # -- the routes ----------------------------------------------------------------------
@@ -175,27 +183,41 @@ class InferenceService:
         return names
 
     async def handle(
-        self, identity: Identity, kind: CallKind, raw: bytes, headers: Mapping[str, str]
+        self,
+        identity: Identity,
+        kind: CallKind,
+        raw: bytes,
+        headers: Mapping[str, str],
+        access: AccessNote | None = None,
     ) -> Answer | StreamAnswer:
         started = time.monotonic()
-        await self._authorize(identity, "inference.call")  # 1
+        span = self._span
         catalog = self.catalog
-        priority = _priority(headers.get(PRIORITY_HEADER))  # 2
-        call = parse_call(
-            kind, raw, catalog.settings.default_max_tokens, cap_output=self.cap_output
-        )
-        check_call_size(call, catalog.settings)
-        route, quota = await self._place(catalog, identity, call, headers)  # 3
-        check_fits(call, quota, catalog.settings)
-        if identity.key_limits:
-            check_key_fits(call, identity, catalog.settings)
+        with span("policy"):
+            await self._authorize(identity, "inference.call")  # 1
+            priority = _priority(headers.get(PRIORITY_HEADER))  # 2
+            call = parse_call(
+                kind, raw, catalog.settings.default_max_tokens, cap_output=self.cap_output
+            )
+            if access is not None:
+                access.model = call.model
+            check_call_size(call, catalog.settings)
+            route, quota = await self._place(catalog, identity, call, headers)  # 3
+            check_fits(call, quota, catalog.settings)
+            if identity.key_limits:
+                check_key_fits(call, identity, catalog.settings)
+        if access is not None:
+            access.queue = quota.queue
         prompt = self.corrections.reserved_prompt(call, quota.queue)
         note = _note(identity, call, prompt)
         key = _key_limits(identity)
-        grant = await self._reserve(catalog, quota, call, prompt, priority, note, key)  # 4
-        context = _Context(identity, call, route, quota, grant, started, prompt)
+        attributes = {"ignara.queue": quota.queue, "ignara.model": call.model}
+        with span("reservation", attributes if self._tracing else None):
+            grant = await self._reserve(catalog, quota, call, prompt, priority, note, key)  # 4
+        context = _Context(identity, call, route, quota, grant, started, prompt, access)
         try:
-            return await self._forward(context, kind, _forwarded(headers))  # 5, 6
+            with span("upstream"):
+                return await self._forward(context, kind, _forwarded(headers))  # 5, 6
         except asyncio.CancelledError:
             # The caller left (or the server stops) before an answer: nothing was used.
             self._background(self._give_back(context, CLIENT_CLOSED))
@@ -204,13 +226,23 @@ class InferenceService:
     async def _forward(
         self, context: _Context, kind: CallKind, headers: dict[str, str]
     ) -> Answer | StreamAnswer:
+        metrics = self.metrics
+        began = time.monotonic()
         try:
             response = await self.client.forward(
                 context.route, kind.path, context.call.body, headers
             )
         except UpstreamError as err:
+            if metrics is not None:
+                metrics.upstream_error(context.call.model, None, err.code)
             await self._give_back(context, err.http_status)
             raise _upstream_problem(err, context) from None
+        if metrics is not None:
+            base_url = response.endpoint.base_url
+            metrics.upstream(context.call.model, base_url, time.monotonic() - began)
+            if response.status >= 400:
+                code = f"http_{response.status // 100}xx"
+                metrics.upstream_error(context.call.model, base_url, code)
         if response.chunks is not None:
             return await self._stream(context, response, response.chunks)
         return await self._whole(context, response)
@@ -340,8 +372,13 @@ class InferenceService:
             key_id, cap = key_limits
             key = KeyCharge(key_id, cap, dict.fromkeys(cap, tokens))
 
+        metrics = self.metrics
+
         def attempt() -> Awaitable[Grant | Refusal]:
-            return self.ledger.reserve(queue, flavor, amounts, now=self.clock(), note=note, key=key)
+            reserving = self.ledger.reserve(
+                queue, flavor, amounts, now=self.clock(), note=note, key=key
+            )
+            return reserving if metrics is None else _timed(reserving, metrics.ledger_reserve)
 
         began = self.ledger_outage.now()
         try:
@@ -370,6 +407,8 @@ class InferenceService:
         if isinstance(result, Refusal) and result.level == KEY_LEVEL and key is not None:
             raise key_refusal(queue, key, result)
         if isinstance(result, Refusal):
+            if metrics is not None:
+                metrics.rate_limited.labels(result.level, result.resource).inc()
             raise InferenceError(
                 429,
                 "requests" if result.resource == REQUESTS else "tokens",  # as OpenAI
@@ -402,6 +441,10 @@ class InferenceService:
         except msgspec.DecodeError:
             document = None
         if not isinstance(document, dict):
+            if self.metrics is not None:
+                self.metrics.upstream_error(
+                    context.call.model, response.endpoint.base_url, "malformed"
+                )
             await self._give_back(context, 502, response.endpoint.base_url)
             raise InferenceError(
                 502,
@@ -427,11 +470,16 @@ class InferenceService:
         self, context: _Context, response: UpstreamResponse, chunks: ChunkStream
     ) -> Answer | StreamAnswer:
         endpoint = response.endpoint.base_url
+        metrics = self.metrics
         try:
             first = await anext(chunks, b"")
         except UpstreamError as err:
+            if metrics is not None:
+                metrics.upstream_error(context.call.model, endpoint, err.code)
             await self._give_back(context, err.http_status, endpoint)
             raise _upstream_problem(err, context) from None
+        if metrics is not None:
+            metrics.time_to_first_token(context.call.model, time.monotonic() - context.started)
         headers = {**_answer_headers(response), **context.headers()}
         return StreamAnswer(response.status, self._relay(context, first, chunks, endpoint), headers)
 
@@ -463,6 +511,8 @@ class InferenceService:
                 yield rest
         except UpstreamError as err:
             status = err.http_status
+            if self.metrics is not None:
+                self.metrics.upstream_error(context.call.model, endpoint, err.code)
             yield error_event(err.message, "api_error", err.code)
         finally:
             await chunks.aclose()
@@ -493,6 +543,9 @@ class InferenceService:
         return max(context.prompt, self.corrections.reserved_prompt(context.call, context.queue))
 
     def _settle_later(self, context: _Context, outcome: _Outcome) -> None:
+        if context.access is not None:
+            context.access.prompt_tokens = outcome.prompt
+            context.access.completion_tokens = outcome.completion
         self._background(self._settle(context, outcome))
 
     def _background(self, accounting: Coroutine[Any, Any, None]) -> None:
@@ -505,7 +558,8 @@ class InferenceService:
         grant = context.grant
         used = outcome.prompt + outcome.completion
         resources = grant.resources if grant.key_amounts else grant.amounts
-        await self._settle_retrying(grant, amounts_for(resources, used))
+        with self._span("settle"):
+            await self._settle_retrying(grant, amounts_for(resources, used))
         if used < context.prompt + context.call.completion_tokens:
             self.waiting.notify(context.queue, grant.flavor)
         if outcome.reported:
@@ -518,6 +572,8 @@ class InferenceService:
     async def _give_back(self, context: _Context, status: int, endpoint: str | None = None) -> None:
         """The call produced nothing: the whole reservation goes back."""
         nothing = dict.fromkeys(context.grant.resources, 0)
+        if context.access is not None:
+            context.access.prompt_tokens = context.access.completion_tokens = 0
         if not await self._reconcile(context.grant, nothing):
             self._background(self._settle_retrying(context.grant, nothing))
         self.waiting.notify(context.queue, context.grant.flavor)
@@ -527,8 +583,11 @@ class InferenceService:
         """Settle ``grant`` at ``actual``; False if the ledger could not be reached. A
         settle is taken once: one the ledger took though its answer was lost settles
         nothing more when tried again."""
+        began = time.monotonic()
         try:
             await self.ledger.reconcile(grant, actual, now=self.clock())
+            if self.metrics is not None:
+                self.metrics.ledger_settle.observe(time.monotonic() - began)
         except LedgerUnavailableError as err:
             self.ledger_outage.failed(err)
             return False
@@ -551,6 +610,14 @@ class InferenceService:
 
     def _record(self, context: _Context, outcome: _Outcome) -> None:
         identity = context.identity
+        if self.metrics is not None:
+            self.metrics.charged(
+                identity.tenant,
+                context.queue,
+                context.call.model,
+                outcome.prompt,
+                outcome.completion,
+            )
         self.recorder.record(
             UsageRecord(
                 tenant=identity.tenant,
@@ -576,6 +643,15 @@ def _key_limits(identity: Identity) -> tuple[str, dict[str, int]] | None:
     if not identity.key_limits or identity.key_id is None:
         return None
     return identity.key_id, dict(identity.key_limits)
+
+
+async def _timed(step: Awaitable[Any], histogram: Any) -> Any:
+    """``step``'s result; its time observed into ``histogram``."""
+    began = time.monotonic()
+    try:
+        return await step
+    finally:
+        histogram.observe(time.monotonic() - began)
 
 
 def _reported_usage(usage: Any) -> tuple[int, int] | None:

@@ -132,17 +132,29 @@ class WorkloadController(Controller):
             HeaderParameter(name="Idempotency-Key", min_length=1, max_length=255, required=False),
         ] = None,
     ) -> Response[WorkloadOut]:
-        identity = await tenant_of(request, policy, "workloads.submit")
-        options = await _checked(identity, data, policy, backends, services)
-        async with database.session() as session:
-            row, created = await submit_workload(
-                session,
-                identity.tenant,
-                data.to_submission(options),
-                actor=identity.principal,
-                idempotency_key=idempotency_key,
+        with services.observe.span("workload.submit") as span:
+            identity = await tenant_of(request, policy, "workloads.submit")
+            options = await _checked(identity, data, policy, backends, services)
+            async with database.session() as session:
+                row, created = await submit_workload(
+                    session,
+                    identity.tenant,
+                    data.to_submission(options),
+                    actor=identity.principal,
+                    idempotency_key=idempotency_key,
+                )
+                out = WorkloadOut.of(row)
+            if span is not None:
+                span.set_attribute("ignara.workload", row.id)
+                span.set_attribute("ignara.queue", row.queue)
+        if created:
+            services.observe.events.info(
+                "workload.submitted",
+                workload=row.id,
+                tenant=row.tenant,
+                queue=row.queue,
+                key_id=identity.key_id,
             )
-            out = WorkloadOut.of(row)
         return Response(out, status_code=201 if created else 200)
 
     @get("/", operation_id="ListWorkloads", summary="The caller's tenant's workloads.")
