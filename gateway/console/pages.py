@@ -504,7 +504,7 @@ class ConsoleController(Controller):
                 f'<a href="/console/tenants/{quote(str(t.get("name")))}">{esc(t.get("name"))}</a>',
                 esc(t.get("display_name")),
                 ", ".join(_queue_link(q) for q in t.get("queues", [])),
-                delete_tenant_form(session.csrf, t["name"]),
+                delete_tenant_form(session.csrf, t["name"], t.get("version", "")),
             )
             for t in _items(answer.body)
         ]

@@ -27,10 +27,13 @@ def create_tenant_form(csrf: str) -> str:
     )
 
 
-def delete_tenant_form(csrf: str, tenant: str) -> str:
+def delete_tenant_form(csrf: str, tenant: str, version: object) -> str:
+    """The delete names the tenant's version as listed: a tenant changed since is not
+    removed unseen (412)."""
     return form(
         f"/console/tenants/{tenant}/delete",
         csrf,
+        f'<input type="hidden" name="version" value="{esc(version)}">'
         f'<input name="confirm" size="10" maxlength="63" required placeholder="type {esc(tenant)}"'
         f' aria-label="type {esc(tenant)} to confirm" data-testid="confirm-{esc(tenant)}">',
         button="Delete",

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from litestar import Request, Response, post
 from litestar.params import Parameter
 
+from gateway.console.api import Answer
 from gateway.console.base import ConsolePages, FormError, form_text, redirect
 from gateway.console.html import esc, message
 from gateway.console.tenant_forms import NAME, ROLES
@@ -108,8 +109,9 @@ class TenantPages(ConsolePages):
         if session is None:
             return redirect("/console/login")
         here = "/console/tenants"
-        confirm = (await request.form()).get("confirm")
-        if confirm != tenant:
+        data = await request.form()
+        version = data.get("version")
+        if data.get("confirm") != tenant:
             await self.flash(
                 request,
                 session,
@@ -120,7 +122,11 @@ class TenantPages(ConsolePages):
                 ),
             )
             return redirect(here)
-        answer = await self.api(request, session).call("DELETE", f"/api/v1/admin/tenants/{tenant}")
+        if not isinstance(version, str) or not version.isdigit() or len(version) > 18:
+            return await self.failed(request, session, Answer(400, None), here)
+        answer = await self.api(request, session).call(
+            "DELETE", f"/api/v1/admin/tenants/{tenant}", headers={"If-Match": f'"{version}"'}
+        )
         if not answer.ok:
             if answer.status == 401:
                 return await self.failed(request, session, answer, here)

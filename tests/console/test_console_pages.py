@@ -317,10 +317,20 @@ def test_tenants_are_created_with_a_first_key_and_deleted_on_confirmation(
     )
     assert "Not created" in unknown.text
 
-    unconfirmed = client.post("/console/tenants/gamma/delete", data={"csrf": csrf, "confirm": "x"})
+    listed = client.get("/console/tenants")
+    version = re.search(
+        r'action="/console/tenants/gamma/delete".*?name="version" value="(\d+)"', listed.text, re.S
+    )
+    assert version is not None
+    ask = {"csrf": csrf, "version": version.group(1)}
+    unconfirmed = client.post("/console/tenants/gamma/delete", data={**ask, "confirm": "x"})
     assert "type the tenant's name" in unconfirmed.text
     assert client.get("/api/v1/admin/tenants/gamma", headers=ADMIN).status_code == 200
-    deleted = client.post("/console/tenants/gamma/delete", data={"csrf": csrf, "confirm": "gamma"})
+    # a version older than the one listed (someone changed it since): not deleted
+    stale = {**ask, "version": str(int(version.group(1)) - 1), "confirm": "gamma"}
+    assert "Not deleted" in client.post("/console/tenants/gamma/delete", data=stale).text
+    assert client.get("/api/v1/admin/tenants/gamma", headers=ADMIN).status_code == 200
+    deleted = client.post("/console/tenants/gamma/delete", data={**ask, "confirm": "gamma"})
     assert 'data-testid="saved"' in deleted.text and "gamma deleted" in deleted.text
     assert client.get("/api/v1/admin/tenants/gamma", headers=ADMIN).status_code == 404
 
@@ -332,8 +342,10 @@ def test_tenants_are_created_with_a_first_key_and_deleted_on_confirmation(
         assert time.monotonic() < deadline
         time.sleep(0.2)
     try:
+        alpha_version = client.get("/api/v1/admin/tenants/alpha", headers=ADMIN).json()["version"]
         blocked = client.post(
-            "/console/tenants/alpha/delete", data={"csrf": csrf, "confirm": "alpha"}
+            "/console/tenants/alpha/delete",
+            data={"csrf": csrf, "confirm": "alpha", "version": str(alpha_version)},
         )
         assert "Not deleted" in blocked.text and "running" in blocked.text
         assert client.get("/api/v1/admin/tenants/alpha", headers=ADMIN).status_code == 200
