@@ -7,6 +7,7 @@ replica takes admission over. The tests run in file order and share the stack.""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -128,6 +129,16 @@ def tenant(admin: httpx.Client) -> Tenant:
     return Tenant(name, queue, key.json()["token"])
 
 
+def _granted(base: str, tenant: Tenant, max_tokens: int) -> Callable[[], httpx.Response | None]:
+    """A check for `_wait_for`: the call's answer when it was a 200."""
+
+    def call() -> httpx.Response | None:
+        answer = _chat(base, tenant, max_tokens)
+        return answer if answer.status_code == 200 else None
+
+    return call
+
+
 def _chat(base: str, tenant: Tenant, max_tokens: int) -> httpx.Response:
     return httpx.post(
         f"{base}/v1/chat/completions",
@@ -156,7 +167,7 @@ def test_inference_through_each_replica_shares_the_quota_in_redis(tenant: Tenant
     for replica in REPLICAS:
         answer = _wait_for(
             f"{replica} answering the new tenant's call",
-            lambda r=replica: (a := _chat(REPLICA_URLS[r], tenant, 50)).status_code == 200 and a,
+            _granted(REPLICA_URLS[replica], tenant, 50),
         )
         assert answer.json()["usage"]["total_tokens"] == 21
     # A streamed call through gateway-1 reserves 1,500 of the queue's 2,000 tokens a minute
@@ -185,7 +196,7 @@ def test_inference_through_each_replica_shares_the_quota_in_redis(tenant: Tenant
             pass
     granted = _wait_for(
         "gateway-2 granting once gateway-1's stream settled",
-        lambda: (a := _chat(REPLICA_URLS["gateway-2"], tenant, 1500)).status_code == 200 and a,
+        _granted(REPLICA_URLS["gateway-2"], tenant, 1500),
         timeout=10,
     )
     assert granted.json()["usage"]["completion_tokens"] == 8
@@ -214,9 +225,9 @@ def _finished(tenant: Tenant, workload_id: str, timeout: float = 120.0) -> dict[
             f"{PROXY}/api/v1/workloads/{workload_id}", headers=tenant.headers, timeout=10
         ).json()
         assert body["state"] not in ("failed", "cancelled"), body
-        return body if body["state"] == "finished" else None
+        return body if body["state"] == "succeeded" else None
 
-    result: dict[str, Any] = _wait_for(f"workload {workload_id} finished", done, timeout)
+    result: dict[str, Any] = _wait_for(f"workload {workload_id} succeeded", done, timeout)
     return result
 
 
@@ -261,10 +272,11 @@ def _prometheus(query: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_every_replica() -> None:
-    scraped = _wait_for(
-        "Prometheus scraping both replicas",
-        lambda: (r := _prometheus('up{job="ignara-gateway"}')) and len(r) == 2 and r,
-    )
+    def both() -> list[dict[str, Any]] | None:
+        series = _prometheus('up{job="ignara-gateway"}')
+        return series if len(series) == 2 else None
+
+    scraped = _wait_for("Prometheus scraping both replicas", both)
     assert {s["metric"]["replica"] for s in scraped} == set(REPLICAS)
     serves_metrics = {
         replica: httpx.get(f"{url}/metrics", timeout=5).status_code == 200
@@ -273,12 +285,8 @@ def test_prometheus_scrapes_every_replica() -> None:
     for replica, serves in serves_metrics.items():
         if not serves:
             continue  # no GET /metrics in this gateway yet: `up` is 0, the scrape was made
-        _wait_for(
-            f"{replica}'s own series in Prometheus",
-            lambda r=replica: _prometheus(
-                f'count({{job="ignara-gateway",replica="{r}",__name__!~"up|scrape_.*"}})'
-            ),
-        )
+        query = f'count({{job="ignara-gateway",replica="{replica}",__name__!~"up|scrape_.*"}})'
+        _wait_for(f"{replica}'s own series in Prometheus", functools.partial(_prometheus, query))
         up = {
             s["metric"]["replica"]: s["value"][1] for s in _prometheus('up{job="ignara-gateway"}')
         }

@@ -31,6 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -47,6 +48,23 @@ OPA_BINDINGS = "opa-golib-python-bindings==0.4.4"
 # Wheels outlive `down` (they are the slow part of a cold start), outside the checkout.
 CACHE = Path(os.environ.get("IGNARA_COMPOSE_CACHE", "/var/tmp/ignara-compose"))
 PROJECT = "ignara"
+# The python3 of Debian bookworm, which every image runs.
+IMAGE_PYTHON = "3.11.2"
+# pip takes a target platform literally: each manylinux tag bookworm's glibc 2.36 accepts.
+IMAGE_PLATFORMS = [
+    f"--platform={tag}_x86_64"
+    for tag in [
+        "manylinux_2_36",
+        "manylinux_2_34",
+        "manylinux_2_28",
+        "manylinux_2_17",
+        "manylinux2014",
+        "manylinux_2_12",
+        "manylinux2010",
+        "manylinux_2_5",
+        "manylinux1",
+    ]
+]
 
 
 def _log(message: str) -> None:
@@ -207,16 +225,27 @@ def build_wheels() -> None:
     deps = CACHE / "gateway"
     stamp = deps / ".requirements"
     pyproject = (ROOT / "pyproject.toml").read_text()
-    if not stamp.exists() or stamp.read_text() != pyproject:
+    if not stamp.exists() or stamp.read_text() != pyproject + IMAGE_PYTHON:
         _log("building the gateway's dependency wheels on the host")
         deps.mkdir(parents=True, exist_ok=True)
         _pip("wheel", "--quiet", "-w", deps, ROOT)
+        # What the images' Python needs beyond the host's (markers such as
+        # python_full_version < "3.11.3" differ between the two).
+        # pip's --python-version sets python_version but not python_full_version, which
+        # redis's async-timeout marker names: that one is listed by hand.
+        requirements = tomllib.loads(pyproject)["project"]["dependencies"]
+        requirements.append("async-timeout>=4.0.3")
+        _pip(
+            "download", "--quiet", "--only-binary", ":all:", "--find-links", deps,
+            "--python-version", IMAGE_PYTHON, "--implementation", "cp", "--abi", "cp311",
+            *IMAGE_PLATFORMS, "-d", deps, *requirements,
+        )  # fmt: skip
         # The OPA stand-in's engine; its metadata asks for Python >= 3.14, it runs on 3.11.
         quiet = ("--quiet", "--no-deps", "--ignore-requires-python")
         _pip("download", *quiet, "-d", deps, OPA_BINDINGS)
         for own in deps.glob("ignara_gateway-*.whl"):
             own.unlink()
-        stamp.write_text(pyproject)
+        stamp.write_text(pyproject + IMAGE_PYTHON)
     ray = CACHE / "ray"
     if not (ray / ".done").exists():
         _log(f"downloading {RAY_REQUIREMENT} wheels (about 110 MB, once)")

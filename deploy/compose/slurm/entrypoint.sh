@@ -79,8 +79,11 @@ stop() {
 }
 trap stop TERM INT
 
-# slurmrestd refuses to run as root: it binds, then drops to the slurm user.
-SLURM_JWT=daemon slurmrestd -u slurm -a rest_auth/jwt -s openapi/v0.0.38 0.0.0.0:6820 &
+# slurmrestd refuses to run as root: it binds, then drops to the slurm user. In a container
+# it may not unshare its System V IPC namespace or file table (docker's seccomp profile
+# allows unshare only with CAP_SYS_ADMIN); nothing else runs here to be kept from.
+SLURMRESTD_SECURITY=disable_unshare_sysv,disable_unshare_files SLURM_JWT=daemon \
+  slurmrestd -u slurm -a rest_auth/jwt -s openapi/v0.0.38 0.0.0.0:6820 &
 REST=$!
 token=$(scontrol token username=root lifespan=2592000)
 umask 077
