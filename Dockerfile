@@ -1,9 +1,9 @@
 # The gateway's image (deploy/compose/ builds it; `docker build -t ignara-gateway .` too).
 #
-# `build` makes a virtual environment in /opt/ignara from wheels: the ones in
-# .compose/wheels/ when the host built them there (`make compose-up` does: HTTPS does not
-# verify inside a build on machines like the CI's, see README "Docker compose"), otherwise
-# from PyPI. `gateway` copies that environment onto a bare Debian with python3: no
+# `build` makes a virtual environment in /opt/ignara from wheels: the ones the host built
+# in .compose/wheels/ (dependencies) and .compose/self/ (the gateway) when there are some
+# (`make compose-up` does: HTTPS does not verify inside a build on machines like the CI's,
+# see README "Docker compose"), otherwise from PyPI. `gateway` copies that environment onto a bare Debian with python3: no
 # compilers, no pip, a non-root user. `fake-upstream` is the same runtime serving
 # bench/upstream.py, the OpenAI-compatible stand-in the compose stack calls models on.
 #
@@ -16,13 +16,21 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY . /src
+# The dependencies first, in a layer of their own: it is rebuilt only when they change.
+# (`wheel[s]`: the host's wheel directory when there is one, nothing otherwise.)
+COPY pyproject.toml .compose/wheel[s] /deps/
 RUN python3 -m venv /opt/ignara \
- && if ls /src/.compose/wheels/ignara_gateway-*.whl >/dev/null 2>&1; then \
-      /opt/ignara/bin/pip install --no-cache-dir --no-index --find-links /src/.compose/wheels \
-        ignara-gateway; \
+ && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/deps/pyproject.toml', 'rb'))['project']['dependencies']))" > /deps/requirements.txt \
+ && if ls /deps/*.whl >/dev/null 2>&1; then \
+      /opt/ignara/bin/pip install --no-cache-dir --no-index --find-links /deps -r /deps/requirements.txt; \
     else \
-      /opt/ignara/bin/pip install --no-cache-dir /src; \
+      /opt/ignara/bin/pip install --no-cache-dir -r /deps/requirements.txt; \
+    fi
+COPY . /src
+RUN if ls /src/.compose/self/ignara_gateway-*.whl >/dev/null 2>&1; then \
+      /opt/ignara/bin/pip install --no-cache-dir --no-index --no-deps /src/.compose/self/ignara_gateway-*.whl; \
+    else \
+      /opt/ignara/bin/pip install --no-cache-dir --no-deps /src; \
     fi \
  && /opt/ignara/bin/pip uninstall -y pip \
  && mkdir -p /opt/share \

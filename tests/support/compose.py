@@ -254,13 +254,19 @@ def build_wheels() -> None:
         (ray / ".done").write_text(RAY_REQUIREMENT)
     context = STATE / "wheels"
     _fill(context, deps)
+    own = STATE / "self"
+    if own.exists():
+        shutil.rmtree(own)
     leftover = not (ROOT / "build").exists()  # setuptools builds in the tree: tidy up after
-    with tempfile.TemporaryDirectory() as tmp:
-        _pip("wheel", "--quiet", "--no-deps", "-w", tmp, ROOT)
-        if leftover:
-            shutil.rmtree(ROOT / "build", ignore_errors=True)
-        for wheel in Path(tmp).glob("*.whl"):
-            shutil.copy2(wheel, context / wheel.name)
+    # Fixed zip timestamps: the same sources make the same wheel, and the image's cache holds.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", own, ROOT],
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    if leftover:
+        shutil.rmtree(ROOT / "build", ignore_errors=True)
     _fill(COMPOSE_DIR / "local" / "ray" / "wheels", ray)
 
 
