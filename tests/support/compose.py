@@ -342,6 +342,17 @@ def _main(argv: list[str]) -> int:
         started = time.monotonic()
         prepare().up()
         _log(f"up in {time.monotonic() - started:.0f} s")
+        ports = {
+            name: value
+            for line in (COMPOSE_DIR / ".env").read_text().splitlines()
+            for name, _, value in [line.partition("=")]
+        }
+        _log(
+            f"gateway http://127.0.0.1:{ports.get('IGNARA_COMPOSE_PORT', '18080')} "
+            f"(console: /console), Prometheus "
+            f"http://127.0.0.1:{ports.get('IGNARA_PROMETHEUS_PORT', '19090')}, "
+            f"the admin key: IGNARA_ADMIN_KEY in {(COMPOSE_DIR / '.env').relative_to(ROOT)}"
+        )
         return 0
     if args.command == "down":
         if _docker_answers():
