@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from fake_opa_server import FakeOpaServer
+from fake_opa_server import FakeOpaServer  # type: ignore[import-not-found]
 
 
 def main(argv: list[str]) -> None:
