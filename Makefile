@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench replay clean console-assets chromium slurm-packages slurm-up slurm-down ray-venv ray-up ray-down
+.PHONY: install run test lint typecheck bench replay clean console-assets chromium slurm-packages slurm-up slurm-down ray-venv ray-up ray-down compose-up compose-down compose-test
 
 install: $(STAMP) console-assets
 
@@ -81,6 +81,20 @@ ray-up: ray-venv
 
 ray-down: install
 	$(BIN)/python -m tests.support.ray down .ray
+
+# The docker compose stack of deploy/compose/ (README, "Docker compose"): installs the engine
+# (Debian docker.io) and the compose v2 plugin when missing, starts dockerd unless one runs,
+# builds the base image and the host's wheels, then `up --wait` with compose.local.yaml
+# (every image built here). compose-down stops the stack, and dockerd if it started it.
+# compose-test: up, tests/compose/ from the host, down, whatever the tests did.
+compose-up: install
+	$(BIN)/python -m tests.support.compose up
+
+compose-down:
+	$(BIN)/python -m tests.support.compose down
+
+compose-test: install
+	$(BIN)/python -m tests.support.compose test
 
 bench: install
 	$(BIN)/python bench/admission.py --workloads 10000 --queues 100

@@ -177,14 +177,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpaServer:
-    """OPA's REST API on 127.0.0.1 at a free port, served from a thread.
+    """OPA's REST API on 127.0.0.1 at a free port (or ``host``, ``port``), served from a
+    thread (deploy/compose/local/opa/ serves it as the compose stack's OPA stand-in).
 
     with FakeOpaServer() as opa:
         engine = OpaServer(opa.url)
     """
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self._server = _Server((host, 0))
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._server = _Server((host, port))
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
