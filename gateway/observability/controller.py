@@ -20,6 +20,9 @@ from gateway.services import Services
 
 __all__ = ["MetricsController"]
 
+# Prometheus' text format; Litestar adds the charset (utf-8) itself.
+EXPOSITION = "text/plain; version=0.0.4"
+
 
 class MetricsController(Controller):
     tags = ["health"]
@@ -31,7 +34,8 @@ class MetricsController(Controller):
         summary="Prometheus metrics (a bearer token when IGNARA_METRICS_TOKEN is set).",
         opt={"exclude_from_auth": True},
         responses=errors(401, 404),
-        include_in_schema=True,
+        # Prometheus' text format, not the JSON API the OpenAPI document describes.
+        include_in_schema=False,
     )
     async def metrics(self, request: Request[Any, Any, Any]) -> Response[Any]:
         services: Services = request.app.state["services"]
@@ -51,7 +55,7 @@ class MetricsController(Controller):
         summary = await services.live.published() if services.live is not None else None
         return Response(
             metrics.render(summary),
-            media_type="text/plain; version=0.0.4; charset=utf-8",
+            media_type=EXPOSITION,
         )
 
 
