@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 Param = Annotated[str | None, QueryParameter(max_length=2048, required=False)]
 # "state" is a name Litestar keeps for the app's state: the parameter is read by alias.
-StateParam = Annotated[str | None, QueryParameter(query="state", max_length=2048, required=False)]
+StateParam = Annotated[str | None, QueryParameter(name="state", max_length=2048, required=False)]
 
 
 class OidcSignInError(Exception):
