@@ -272,25 +272,27 @@ def _prometheus(query: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_every_replica() -> None:
-    def both() -> list[dict[str, Any]] | None:
-        series = _prometheus('up{job="ignara-gateway"}')
-        return series if len(series) == 2 else None
+    for replica, url in REPLICA_URLS.items():
+        exposition = httpx.get(f"{url}/metrics", timeout=5)
+        assert exposition.status_code == 200, (replica, exposition.text[:200])
+        assert "ignara_admission_leader" in exposition.text, replica
 
-    scraped = _wait_for("Prometheus scraping both replicas", both)
-    assert {s["metric"]["replica"] for s in scraped} == set(REPLICAS)
-    serves_metrics = {
-        replica: httpx.get(f"{url}/metrics", timeout=5).status_code == 200
-        for replica, url in REPLICA_URLS.items()
-    }
-    for replica, serves in serves_metrics.items():
-        if not serves:
-            continue  # no GET /metrics in this gateway yet: `up` is 0, the scrape was made
-        query = f'count({{job="ignara-gateway",replica="{replica}",__name__!~"up|scrape_.*"}})'
-        _wait_for(f"{replica}'s own series in Prometheus", functools.partial(_prometheus, query))
-        up = {
-            s["metric"]["replica"]: s["value"][1] for s in _prometheus('up{job="ignara-gateway"}')
-        }
-        assert up[replica] == "1", up
+    def up() -> dict[str, str] | None:
+        series = _prometheus('up{job="ignara-gateway"}')
+        values = {s["metric"]["replica"]: s["value"][1] for s in series}
+        return values if values == dict.fromkeys(REPLICAS, "1") else None
+
+    _wait_for("Prometheus scraping both replicas successfully", up)
+    for replica in REPLICAS:
+        query = f'ignara_http_requests_total{{job="ignara-gateway",replica="{replica}"}}'
+        _wait_for(f"{replica}'s request series in Prometheus", functools.partial(_prometheus, query))
+
+    # Exactly one replica leads admission, and Prometheus sees which.
+    def one_leader() -> list[dict[str, Any]] | None:
+        leaders = _prometheus('sum(ignara_admission_leader{job="ignara-gateway"})')
+        return leaders if leaders and leaders[0]["value"][1] == "1" else None
+
+    _wait_for("one admission leader in Prometheus", one_leader)
 
 
 def test_the_other_replica_takes_admission_over_when_the_leader_dies(tenant: Tenant) -> None:
