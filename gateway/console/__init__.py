@@ -24,6 +24,7 @@ from gateway.console.queues import QueuePages
 from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
 from gateway.console.tenants import TenantPages
 from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
+from gateway.console.workloads import WorkloadPages
 from gateway.services import oidc_verifier
 from gateway.settings import Settings
 from tenants import Database
@@ -91,6 +92,7 @@ def console_router(
             ModelPages,
             BackendPages,
             TenantPages,
+            WorkloadPages,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],
         middleware=[_secured],
