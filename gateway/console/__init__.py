@@ -17,6 +17,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.backends import BackendPages
+from gateway.console.keys import KeyPages
 from gateway.console.models import ModelPages
 from gateway.console.oidc import ConsoleOidc, OidcController
 from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
@@ -92,6 +93,7 @@ def console_router(
             ModelPages,
             BackendPages,
             TenantPages,
+            KeyPages,
             WorkloadPages,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],

@@ -30,7 +30,6 @@ from gateway.console.html import (
     definition,
     esc,
     filters,
-    form,
     layout,
     message,
     pager,
@@ -74,7 +73,7 @@ GroupBy = Annotated[
     str | None, QueryParameter(pattern=r"^[a-z]+(,[a-z]+){0,4}$", max_length=64, required=False)
 ]
 State = Annotated[
-    str | None, QueryParameter(name="state", pattern=r"^[a-z]{1,20}$", required=False)
+    str | None, QueryParameter(name="state", pattern=r"^([a-z]{1,20})?$", required=False)
 ]
 Cursor = Annotated[str | None, QueryParameter(max_length=200, required=False)]
 NameFilter = Annotated[
@@ -514,157 +513,6 @@ class ConsoleController(Controller):
             + f'<h2>New tenant</h2><div class="card">{create_tenant_form(session.csrf)}</div>'
         )
         return _page(session, "Tenants", body, here)
-
-    @get("/tenants/{tenant:str}")
-    async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        here = "/console/tenants" if session.platform_admin else f"/console/tenants/{tenant}"
-        answer = await self._api(request, session).get(f"/api/v1/admin/tenants/{tenant}/keys")
-        if not answer.ok:
-            return await self._failed(request, session, answer, here)
-        base = f"/console/tenants/{tenant}/keys"
-        rows = []
-        for key in answer.body:
-            key_base = f"{base}/{key['key_id']}"
-            if key.get("revoked_at") is None:
-                actions = form(
-                    f"{key_base}/rotate",
-                    session.csrf,
-                    '<select name="grace_seconds" aria-label="old secret works for">'
-                    + "".join(f'<option value="{v}">{esc(n)}</option>' for n, v in GRACES)
-                    + "</select>",
-                    button="Rotate",
-                ) + form(f"{key_base}/revoke", session.csrf, "", button="Revoke", danger=True)
-            else:
-                why = key.get("revoked_reason")
-                actions = '<span class="muted">revoked</span>' + (
-                    f'<div class="muted">{esc(why)}</div>' if why else ""
-                )
-            rows.append(
-                (
-                    f"<code>{esc(key['key_id'])}</code>",
-                    esc(key["principal"]),
-                    esc(", ".join(key["roles"])),
-                    esc(" ".join(key["scopes"])),
-                    _when(key.get("created_at")),
-                    _when(key.get("last_used_at")),
-                    _activity(key.get("activity")),
-                    _when(key.get("expires_at")),
-                    actions,
-                )
-            )
-        headers = [
-            "key",
-            "principal",
-            "roles",
-            "scopes",
-            "created",
-            "last used",
-            "use",
-            "expires",
-            "",
-        ]
-        roles = ["member"] if not session.platform_admin else ["member", TENANT_ADMIN]
-        options = "".join(f'<option value="{r}">{r}</option>' for r in roles)
-        create = form(
-            base,
-            session.csrf,
-            '<label for="principal">principal</label>'
-            '<input id="principal" name="principal" required maxlength="64"'
-            ' pattern="[A-Za-z0-9][A-Za-z0-9._@-]*" placeholder="ci-bot">'
-            f'<label for="role">role</label><select id="role" name="role">{options}</select>',
-            button="Create key",
-        )
-        body = (
-            f"<h2>Keys</h2>{table(headers, rows, test_id='keys')}"
-            f'<h2>New key</h2><div class="card">{create}</div>'
-        )
-        return _page(session, f"Tenant {tenant}", body, here)
-
-    @post("/tenants/{tenant:str}/keys")
-    async def create_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        data = await request.form()
-        principal, role = data.get("principal"), data.get("role") or "member"
-        if not isinstance(principal, str) or not isinstance(role, str):
-            return await self._failed(request, session, Answer(400, None), "/console/tenants")
-        answer = await self._api(request, session).call(
-            "POST",
-            f"/api/v1/admin/tenants/{tenant}/keys",
-            json={"principal": principal.strip(), "roles": [role]},
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        await sessions_of(request).set_flash(
-            session,
-            message(
-                "token",
-                f"New key <code>{esc(answer.body['key_id'])}</code> for {esc(principal)}: copy its "
-                "token now, it is shown this once."
-                f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-                test_id="new-key",
-            ),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
-
-    @post("/tenants/{tenant:str}/keys/{key_id:str}/revoke")
-    async def revoke_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        answer = await self._api(request, session).call(
-            "DELETE", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}"
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        await sessions_of(request).set_flash(
-            session,
-            message("ok", f"Key <code>{esc(key_id)}</code> revoked."),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
-
-    @post("/tenants/{tenant:str}/keys/{key_id:str}/rotate")
-    async def rotate_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        grace = (await request.form()).get("grace_seconds", "3600")
-        if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
-            return await self._failed(request, session, Answer(400, None), "/console/tenants")
-        answer = await self._api(request, session).call(
-            "POST",
-            f"/api/v1/admin/tenants/{tenant}/keys/{key_id}/rotate",
-            json={"grace_seconds": int(grace)},
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        until = answer.body.get("previous_valid_until")
-        await sessions_of(request).set_flash(
-            session,
-            message(
-                "token",
-                f"Key <code>{esc(key_id)}</code> rotated: copy its new token now, it is shown this "
-                "once. "
-                + (
-                    f"The old one works until {_when(until)}."
-                    if until
-                    else "The old one is refused."
-                )
-                + f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-                test_id="new-key",
-            ),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
 
     @get("/usage")
     async def usage(

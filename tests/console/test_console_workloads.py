@@ -25,7 +25,9 @@ def test_a_platform_admin_opens_and_cancels_any_tenants_workload(
     waiting = submit(client, beta, gang("beta-job", "team-b", 10))  # more than the cohort
     sign_in(client, ADMIN_KEY)
 
-    listed = client.get("/console/workloads", params={"tenant": "beta"})
+    # as the filter form sends it: "any" state and queue are empty fields
+    listed = client.get("/console/workloads", params={"tenant": "beta", "queue": "", "state": ""})
+    assert listed.status_code == 200, listed.text
     assert f'href="/console/workloads/{waiting}"' in listed.text
 
     page = client.get(f"/console/workloads/{waiting}")
