@@ -17,6 +17,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.backends import BackendPages
+from gateway.console.base import SignedOutError, signed_out
 from gateway.console.keys import KeyPages
 from gateway.console.models import ModelPages
 from gateway.console.oidc import ConsoleOidc, OidcController
@@ -99,6 +100,7 @@ def console_router(
         ],
         middleware=[_secured],
         before_request=check_csrf,
+        exception_handlers={SignedOutError: signed_out},
         opt={
             "exclude_from_auth": True,
             "console": ConsoleParts(

@@ -133,9 +133,7 @@ def _create_form(session: Session, base: str) -> str:
 class KeyPages(ConsolePages):
     @get("/tenants/{tenant:str}")
     async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = "/console/tenants" if session.platform_admin else f"/console/tenants/{tenant}"
         answer = await self.api(request, session).get(f"/api/v1/admin/tenants/{tenant}/keys")
         if not answer.ok:
@@ -197,9 +195,7 @@ class KeyPages(ConsolePages):
     async def create_key(
         self, request: Request[Any, Any, Any], tenant: TenantName
     ) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         principal, role = data.get("principal"), data.get("role") or "member"
         if not isinstance(principal, str) or not isinstance(role, str):
@@ -207,12 +203,9 @@ class KeyPages(ConsolePages):
         try:
             limits = limits_of_form(data, lift_empty=False)
         except FormError as err:
-            await self.flash(
-                request,
-                session,
-                message("error", f"Key not created: {esc(err)}", test_id="form-error"),
+            return await self.refuse(
+                request, session, f"Key not created: {esc(err)}", f"/console/tenants/{tenant}"
             )
-            return redirect(f"/console/tenants/{tenant}")
         body: dict[str, Any] = {"principal": principal.strip(), "roles": [role]}
         if limits:
             body["limits"] = limits
@@ -240,41 +233,29 @@ class KeyPages(ConsolePages):
     ) -> Response[Any]:
         """Set (a number) or lift (empty) a key's own token limits; a refusal, the
         console's or the API's, is shown above the keys with which field and why."""
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = f"/console/tenants/{tenant}"
         try:
             limits = limits_of_form(await request.form(), lift_empty=True)
             if not limits:
                 raise FormError("give tokens per minute or tokens per day (empty: no limit)")
         except FormError as err:
-            await self.flash(
+            return await self.refuse(
                 request,
                 session,
-                message(
-                    "error",
-                    f"Limits of <code>{esc(key_id)}</code> not changed: {esc(err)}",
-                    test_id="form-error",
-                ),
+                f"Limits of <code>{esc(key_id)}</code> not changed: {esc(err)}",
+                here,
             )
-            return redirect(here)
         answer = await self.api(request, session).call(
             "PATCH", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}", json={"limits": limits}
         )
         if not answer.ok:
             if answer.status in (401, 403, 404):  # signed out, or not this key's to change
                 return await self.failed(request, session, answer, here)
-            await self.flash(
-                request,
-                session,
-                message(
-                    "error",
-                    f"Limits of <code>{esc(key_id)}</code> not changed: {esc(answer.error)}",
-                    test_id="form-error",
-                ),
+            why = esc(answer.error)
+            return await self.refuse(
+                request, session, f"Limits of <code>{esc(key_id)}</code> not changed: {why}", here
             )
-            return redirect(here)
         now = answer.body.get("limits") if isinstance(answer.body, dict) else None
         await self.flash(
             request,
@@ -292,9 +273,7 @@ class KeyPages(ConsolePages):
     async def revoke_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         answer = await self.api(request, session).call(
             "DELETE", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}"
         )
@@ -309,9 +288,7 @@ class KeyPages(ConsolePages):
     async def rotate_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         grace = (await request.form()).get("grace_seconds", "3600")
         if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
             return await self.failed(request, session, Answer(400, None), "/console/tenants")

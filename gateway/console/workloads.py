@@ -88,9 +88,7 @@ class WorkloadPages(ConsolePages):
     ) -> Response[Any]:
         """A tenant admin: its tenant's workloads; a platform admin: every tenant's,
         filtered by tenant and queue too. A page at a time, by the API's cursor."""
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         admin = session.platform_admin
         state = state_filter if state_filter in STATES else None
         kept = {
@@ -145,9 +143,7 @@ class WorkloadPages(ConsolePages):
     async def workload(
         self, request: Request[Any, Any, Any], workload_id: WorkloadId
     ) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         answer = await self.api(request, session).get(_api_path(session, workload_id))
         if not answer.ok:
             return await self.failed(request, session, answer, HERE)
@@ -215,9 +211,7 @@ class WorkloadPages(ConsolePages):
     async def cancel(
         self, request: Request[Any, Any, Any], workload_id: WorkloadId
     ) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         answer = await self.api(request, session).call("DELETE", _api_path(session, workload_id))
         if not answer.ok:
             return await self.failed(request, session, answer, HERE)
