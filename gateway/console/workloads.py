@@ -8,6 +8,7 @@ workload is as absent to it as one that does not exist (404)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from litestar import Request, Response, get, post
 
@@ -150,10 +151,15 @@ class WorkloadPages(ConsolePages):
         w = answer.body
         reason = w.get("reason") or {}
         queue = _queue_link(w["queue"]) if session.platform_admin else esc(w["queue"])
+        tenant = (
+            f'<a href="/console/tenants/{quote(str(w.get("tenant")))}">{esc(w.get("tenant"))}</a>'
+            if session.platform_admin
+            else esc(w.get("tenant"))
+        )
         facts = definition(
             [
                 ("id", f"<code>{esc(w['id'])}</code>"),
-                ("tenant", f'<span data-testid="tenant">{esc(w.get("tenant"))}</span>'),
+                ("tenant", f'<span data-testid="tenant">{tenant}</span>'),
                 (
                     "state",
                     f'<span class="state {esc(w["state"])}" data-testid="state">'

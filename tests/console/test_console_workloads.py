@@ -32,7 +32,7 @@ def test_a_platform_admin_opens_and_cancels_any_tenants_workload(
 
     page = client.get(f"/console/workloads/{waiting}")
     assert page.status_code == 200, page.text
-    assert 'data-testid="tenant">beta<' in page.text
+    assert 'data-testid="tenant"><a href="/console/tenants/beta">beta</a><' in page.text
     assert 'data-testid="state">pending<' in page.text
     assert re.search(r'data-testid="events">.*submitted', page.text, re.S)
     # why it waits, level by level, once the admission pass has looked at it
