@@ -1,13 +1,15 @@
-"""``GET /api/v1/admin/workloads``: every tenant's workloads, for platform admins.
+"""``/api/v1/admin/workloads``: every tenant's workloads, for platform admins: the
+listing, one workload with its events, and its cancellation.
 
-A tenant's own keys list its workloads at ``/api/v1/workloads``; this listing crosses
-tenants, so it is an ``admin.*`` action (a tenant admin is refused with 403)."""
+A tenant's own keys list, read and cancel its workloads at ``/api/v1/workloads``; these
+cross tenants, so each is an ``admin.*`` action (a tenant admin is refused with 403).
+A cancellation is audited as a tenant's own is, with the admin as its actor."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Controller, Request, get
+from litestar import Controller, Request, delete, get
 from litestar.di import NamedDependency
 from litestar.params import Parameter, QueryParameter
 
@@ -16,10 +18,18 @@ from gateway.authorization import authorize
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.services import Services
-from gateway.workloads.schemas import WorkloadList, WorkloadOut, WorkloadState
+from gateway.workloads.controllers import EVENTS_SHOWN, WorkloadId
+from gateway.workloads.schemas import WorkloadDetail, WorkloadList, WorkloadOut, WorkloadState
 from tenants.config_file import NAME_PATTERN
-from tenants.errors import InvalidRequestError
-from tenants.services.workloads import list_every_workload, parse_cursor
+from tenants.errors import InvalidRequestError, NotFoundError
+from tenants.models import WorkloadRow
+from tenants.services.workloads import (
+    cancel_workload,
+    events_of,
+    get_workload,
+    list_every_workload,
+    parse_cursor,
+)
 
 __all__ = ["AdminWorkloadController"]
 
@@ -57,3 +67,52 @@ class AdminWorkloadController(Controller):
                 cursor=cursor,
             )
             return WorkloadList([WorkloadOut.of(r) for r in page.items], page.next_cursor)
+
+    @get(
+        "/{workload_id:str}",
+        operation_id="GetAnyWorkload",
+        summary="Any tenant's workload, with its events (the last 100).",
+        responses=errors(403, 404),
+    )
+    async def read(
+        self,
+        request: Request[Identity, Any, Any],
+        workload_id: WorkloadId,
+        services: NamedDependency[Services],
+    ) -> WorkloadDetail:
+        await authorize(services.policy, request.user, "admin.workloads.read")
+        # One snapshot, as the tenant's own read: the row and its events agree.
+        async with services.database.snapshot() as session:
+            row = await get_workload(session, await _tenant_of(session, workload_id), workload_id)
+            events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
+            return WorkloadDetail.with_events(row, events, count)
+
+    @delete(
+        "/{workload_id:str}",
+        operation_id="CancelAnyWorkload",
+        summary="Cancel any tenant's workload (pending: at once; running: once its job stops).",
+        status_code=200,
+        responses=errors(403, 404),
+    )
+    async def cancel(
+        self,
+        request: Request[Identity, Any, Any],
+        workload_id: WorkloadId,
+        services: NamedDependency[Services],
+    ) -> WorkloadOut:
+        identity = request.user
+        await authorize(services.policy, identity, "admin.workloads.cancel")
+        async with services.database.session() as session:
+            tenant = await _tenant_of(session, workload_id)
+            # The same cancellation as the tenant's, audited under the workload's tenant
+            # (so its tenant admins read it in their audit) with the admin as actor.
+            row = await cancel_workload(session, tenant, workload_id, actor=identity.principal)
+            return WorkloadOut.of(row)
+
+
+async def _tenant_of(session: Any, workload_id: str) -> str:
+    """The tenant a workload belongs to (404 when there is no such workload)."""
+    row = await session.get(WorkloadRow, workload_id)
+    if row is None:
+        raise NotFoundError(f"workload {workload_id!r} not found")
+    return str(row.tenant)

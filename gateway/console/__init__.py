@@ -17,6 +17,8 @@ from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.backends import BackendPages
+from gateway.console.base import SignedOutError, signed_out
+from gateway.console.keys import KeyPages
 from gateway.console.models import ModelPages
 from gateway.console.oidc import ConsoleOidc, OidcController
 from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
@@ -24,6 +26,7 @@ from gateway.console.queues import QueuePages
 from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
 from gateway.console.tenants import TenantPages
 from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
+from gateway.console.workloads import WorkloadPages
 from gateway.services import oidc_verifier
 from gateway.settings import Settings
 from tenants import Database
@@ -91,10 +94,13 @@ def console_router(
             ModelPages,
             BackendPages,
             TenantPages,
+            KeyPages,
+            WorkloadPages,
             create_static_files_router(path="/static", directories=[STATIC], name="console-static"),
         ],
         middleware=[_secured],
         before_request=check_csrf,
+        exception_handlers={SignedOutError: signed_out},
         opt={
             "exclude_from_auth": True,
             "console": ConsoleParts(

@@ -16,8 +16,8 @@ from urllib.parse import quote
 from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
-from gateway.console.api import Answer, ConsoleApi
-from gateway.console.base import ConsolePages, FormError, form_text, page, redirect
+from gateway.console.api import ConsoleApi
+from gateway.console.base import Again, ConsolePages, FormError, form_text, page, redirect
 from gateway.console.html import esc, field, form, message, select, table, textarea
 from gateway.console.pages import _items
 from gateway.console.sessions import Session
@@ -69,9 +69,7 @@ async def _flavors_by_backend(api: ConsoleApi) -> dict[str, list[str]]:
 class BackendPages(ConsolePages):
     @get("/backends")
     async def backends(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         return await self._list(request, session)
 
     async def _list(
@@ -139,9 +137,7 @@ class BackendPages(ConsolePages):
 
     @post("/backends/create")
     async def create(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         try:
             name = form_text(data, "name", max_length=63)
@@ -162,9 +158,7 @@ class BackendPages(ConsolePages):
 
     @get("/backends/{name:str}")
     async def backend(self, request: Request[Any, Any, Any], name: BackendName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         return await self._edit(request, session, name)
 
     async def _edit(
@@ -218,9 +212,7 @@ class BackendPages(ConsolePages):
 
     @post("/backends/{name:str}/save")
     async def save(self, request: Request[Any, Any, Any], name: BackendName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         try:
             version = form_text(data, "version", max_length=18)
@@ -233,22 +225,22 @@ class BackendPages(ConsolePages):
             json=spec,
             headers={"If-Match": f'"{version}"'},
         )
-        if answer.status == 412:
-            return await self._edit(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            return await self._edit(
-                request, session, name, error=answer.error, data=data, status=answer.status
-            )
-        await self.flash(
-            request, session, message("ok", f"Backend {esc(name)} saved.", test_id="saved")
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=lambda error, status: self._edit(
+                request, session, name, error=error, data=data, status=status
+            ),
+            afresh=self._afresh(request, session, name),
+            stale=STALE,
+            done=f"Backend {esc(name)} saved.",
+            to=f"/console/backends/{quote(name)}",
         )
-        return redirect(f"/console/backends/{quote(name)}")
 
     @post("/backends/{name:str}/delete")
     async def delete(self, request: Request[Any, Any, Any], name: BackendName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         try:
             version = form_text(data, "version", max_length=18)
@@ -259,20 +251,28 @@ class BackendPages(ConsolePages):
             f"/api/v1/admin/config/backends/{name}",
             headers={"If-Match": f'"{version}"'},
         )
-        if answer.status == 412:
-            return await self._edit(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            return await self._edit(
-                request, session, name, error=f"Not deleted: {answer.error}", status=answer.status
-            )
-        await self.flash(
-            request, session, message("ok", f"Backend {esc(name)} deleted.", test_id="saved")
+        afresh = self._afresh(request, session, name)
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=afresh,
+            afresh=afresh,
+            stale=STALE,
+            refused="Not deleted: ",
+            done=f"Backend {esc(name)} deleted.",
+            to="/console/backends",
         )
-        return redirect("/console/backends")
+
+    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
+        """The backend's page as it is now, with an error."""
+
+        async def afresh(error: str, status: int) -> Response[Any]:
+            return await self._edit(request, session, name, error=error, status=status)
+
+        return afresh
 
 
-def _stale(answer: Answer) -> str:
-    return (
-        "Not saved: the backends changed since you opened this page; it now shows the "
-        f"current settings. ({answer.error})"
-    )
+STALE = (
+    "Not saved: the backends changed since you opened this page; it now shows the current settings."
+)

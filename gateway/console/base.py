@@ -1,8 +1,10 @@
 """What every console page controller shares: its signed-in session, the API as that
-session's key, an API refusal shown, a form read with its bounds."""
+session's key, an API refusal shown, a form read with its bounds, and the answers to a
+change (a refusal flashed above the form, a versioned change's 412 and refusals)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, Response
@@ -12,10 +14,30 @@ from gateway.console.html import esc, message
 from gateway.console.pages import _page, _redirect, _session_of, sessions_of
 from gateway.console.sessions import Session
 
-__all__ = ["ConsolePages", "FormError", "form_text", "page", "redirect"]
+__all__ = [
+    "ConsolePages",
+    "FormError",
+    "SignedOutError",
+    "form_text",
+    "page",
+    "redirect",
+    "signed_out",
+]
 
 page = _page
 redirect = _redirect
+
+Again = Callable[[str, int], Awaitable[Response[Any]]]
+"""A form's page again, showing an error (HTML-escaped by the page) with a status."""
+
+
+class SignedOutError(Exception):
+    """No signed-in session: the answer is the sign-in page (:func:`signed_out`)."""
+
+
+def signed_out(request: Request[Any, Any, Any], exc: SignedOutError) -> Response[Any]:
+    """The console router's handler of :class:`SignedOutError`: to the sign-in page."""
+    return _redirect("/console/login")
 
 
 class FormError(ValueError):
@@ -44,6 +66,13 @@ class ConsolePages(Controller):
         session = await _session_of(request, sessions_of(request), take_flash=True)
         return session if session is not None and session.signed_in else None
 
+    async def signed_in(self, request: Request[Any, Any, Any]) -> Session:
+        """The signed-in session; without one, :class:`SignedOutError` (to the sign-in page)."""
+        session = await self.session(request)
+        if session is None:
+            raise SignedOutError
+        return session
+
     async def flash(self, request: Request[Any, Any, Any], session: Session, html: str) -> None:
         """A one-time message for the session's next page."""
         await sessions_of(request).set_flash(session, html)
@@ -62,3 +91,36 @@ class ConsolePages(Controller):
         body = message("error", esc(answer.error), test_id="api-error")
         status = answer.status if 400 <= answer.status < 600 else 502
         return _page(session, "Refused" if status == 403 else "Error", body, current, status)
+
+    async def refuse(
+        self, request: Request[Any, Any, Any], session: Session, html: str, to: str
+    ) -> Response[Any]:
+        """A form refused (by the console's checks or the API): ``html`` shown once above
+        the page ``to``, where the form is."""
+        await self.flash(request, session, message("error", html, test_id="form-error"))
+        return _redirect(to)
+
+    async def after_change(
+        self,
+        request: Request[Any, Any, Any],
+        session: Session,
+        answer: Answer,
+        *,
+        again: Again,
+        afresh: Again,
+        stale: str,
+        done: str | Callable[[Answer], str],
+        to: str,
+        refused: str = "",
+    ) -> Response[Any]:
+        """The answer to a change naming the version it read (``If-Match``): a 412 shows
+        the form ``afresh`` (the current version) saying ``stale``; another refusal shows
+        it ``again`` as typed with the API's reason (after ``refused``); a success is a
+        one-time ``done`` (HTML; of the answer, when a function) on the page ``to``."""
+        if answer.status == 412:
+            return await afresh(f"{stale} ({answer.error})", 412)
+        if not answer.ok:
+            return await again(f"{refused}{answer.error}", answer.status)
+        said = done(answer) if callable(done) else done
+        await self.flash(request, session, message("ok", said, test_id="saved"))
+        return _redirect(to)

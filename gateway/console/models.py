@@ -15,7 +15,7 @@ from litestar import Request, Response, get, post
 from litestar.params import QueryParameter
 
 from gateway.console.api import Answer
-from gateway.console.base import ConsolePages, FormError, form_text, page, redirect
+from gateway.console.base import Again, ConsolePages, FormError, form_text, page, redirect
 from gateway.console.html import esc, field, form, message, table, textarea
 from gateway.console.sessions import Session
 from tenants.model_checks import model_name_error
@@ -91,9 +91,7 @@ def _edit_link(name: str) -> str:
 class ModelPages(ConsolePages):
     @get("/models")
     async def models(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = "/console/models"
         answer = await self.api(request, session).get("/api/v1/admin/models")
         if not answer.ok:
@@ -155,9 +153,7 @@ class ModelPages(ConsolePages):
 
     @post("/models/create")
     async def create(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         api = self.api(request, session)
         try:
@@ -196,9 +192,7 @@ class ModelPages(ConsolePages):
 
     @get("/models/edit")
     async def edit(self, request: Request[Any, Any, Any], name: ModelName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         return await self._edit_page(request, session, name)
 
     async def _edit_page(
@@ -258,9 +252,7 @@ class ModelPages(ConsolePages):
 
     @post("/models/save")
     async def save(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         try:
             name = form_text(data, "name", max_length=256)
@@ -280,28 +272,24 @@ class ModelPages(ConsolePages):
         answer = await self.api(request, session).call(
             "PUT", path, json=body, headers={"If-Match": f'"{version}"'}
         )
-        if answer.status == 412:
-            return await self._edit_page(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            return await self._edit_page(
-                request, session, name, error=answer.error, data=data, status=answer.status
-            )
-        await self.flash(
+        return await self.after_change(
             request,
             session,
-            message(
-                "ok",
-                f"Model {esc(name)} saved (version {esc(answer.body.get('version'))}).",
-                test_id="saved",
+            answer,
+            again=lambda error, status: self._edit_page(
+                request, session, name, error=error, data=data, status=status
             ),
+            afresh=self._afresh(request, session, name),
+            stale=STALE,
+            done=lambda saved: (
+                f"Model {esc(name)} saved (version {esc(saved.body.get('version'))})."
+            ),
+            to=_edit_link(name),
         )
-        return redirect(_edit_link(name))
 
     @post("/models/delete")
     async def delete(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         try:
             name = form_text(data, "name", max_length=256)
@@ -312,16 +300,26 @@ class ModelPages(ConsolePages):
         answer = await self.api(request, session).call(
             "DELETE", path, headers={"If-Match": f'"{version}"'}
         )
-        if answer.status == 412:
-            return await self._edit_page(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            return await self._edit_page(
-                request, session, name, error=f"Not deleted: {answer.error}", status=answer.status
-            )
-        await self.flash(
-            request, session, message("ok", f"Model {esc(name)} deleted.", test_id="saved")
+        afresh = self._afresh(request, session, name)
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=afresh,
+            afresh=afresh,
+            stale=STALE,
+            refused="Not deleted: ",
+            done=f"Model {esc(name)} deleted.",
+            to="/console/models",
         )
-        return redirect("/console/models")
+
+    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
+        """The model's page as it is now, with an error."""
+
+        async def afresh(error: str, status: int) -> Response[Any]:
+            return await self._edit_page(request, session, name, error=error, status=status)
+
+        return afresh
 
 
 def _endpoint(e: dict[str, Any]) -> str:
@@ -341,8 +339,6 @@ def _said(text: str) -> dict[str, Any]:
     return {"error": {"code": "invalid_request", "message": text}}
 
 
-def _stale(answer: Answer) -> str:
-    return (
-        "Not saved: someone changed this model since you opened it; the form now shows "
-        f"their version. ({answer.error})"
-    )
+STALE = (
+    "Not saved: someone changed this model since you opened it; the form now shows their version."
+)

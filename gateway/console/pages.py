@@ -29,13 +29,10 @@ from gateway.console.html import (
     bar_chart,
     definition,
     esc,
-    field,
     filters,
-    form,
     layout,
     message,
     pager,
-    select,
     table,
     usage_bar,
 )
@@ -76,7 +73,7 @@ GroupBy = Annotated[
     str | None, QueryParameter(pattern=r"^[a-z]+(,[a-z]+){0,4}$", max_length=64, required=False)
 ]
 State = Annotated[
-    str | None, QueryParameter(name="state", pattern=r"^[a-z]{1,20}$", required=False)
+    str | None, QueryParameter(name="state", pattern=r"^([a-z]{1,20})?$", required=False)
 ]
 Cursor = Annotated[str | None, QueryParameter(max_length=200, required=False)]
 NameFilter = Annotated[
@@ -176,7 +173,6 @@ def _nav(session: Session) -> list[tuple[str, str]]:
         else ("Keys", f"/console/tenants/{session.tenant}")
     )
     cohorts = [("Cohorts", "/console/cohorts")] if session.platform_admin else []
-    audit = [("Audit", "/console/audit")] if session.platform_admin else []
     platform = (
         [("Models", "/console/models"), ("Backends", "/console/backends")]
         if session.platform_admin
@@ -190,7 +186,7 @@ def _nav(session: Session) -> list[tuple[str, str]]:
         tenants,
         ("Workloads", "/console/workloads"),
         ("Usage", "/console/usage"),
-        *audit,
+        ("Audit", "/console/audit"),
         ("API", "/schema"),
     ]
 
@@ -439,24 +435,22 @@ class ConsoleController(Controller):
         tenant: AuditFilter = None,
         cursor: Cursor = None,
     ) -> Response[Any]:
-        """The audit log, newest first, filtered as ``GET /api/v1/admin/audit`` filters."""
+        """The audit log, newest first, filtered as ``GET /api/v1/admin/audit`` filters.
+        A tenant admin reads its own tenant's entries only (the API scopes them), so it
+        has no tenant filter."""
         session = await self._session(request)
         if session is None:
             return _redirect("/console/login")
         here = "/console/audit"
-        if not session.platform_admin:
-            return _redirect("/console/dashboard")
-        chosen = {
-            k: v
-            for k, v in (
-                ("actor", actor),
-                ("kind", kind),
-                ("name", name),
-                ("action", action),
-                ("tenant", tenant),
-            )
-            if v
-        }
+        names = (
+            "actor",
+            "kind",
+            "name",
+            "action",
+            *(("tenant",) if session.platform_admin else ()),
+        )
+        given = {"actor": actor, "kind": kind, "name": name, "action": action, "tenant": tenant}
+        chosen = {k: v for k in names if (v := given[k])}
         params = {**chosen, "limit": "100", **({"cursor": cursor} if cursor else {})}
         answer = await self._api(request, session).get("/api/v1/admin/audit", **params)
         if not answer.ok:
@@ -464,7 +458,7 @@ class ConsoleController(Controller):
         inputs = "".join(
             f'<label for="f-{f}">{f}</label><input id="f-{f}" name="{f}" size="12"'
             f' maxlength="200" value="{esc(chosen.get(f, ""))}">'
-            for f in ("actor", "kind", "name", "action", "tenant")
+            for f in names
         )
         picker = filters(here, inputs)
         rows = [
@@ -482,7 +476,12 @@ class ConsoleController(Controller):
         next_cursor = answer.body.get("next_cursor") if isinstance(answer.body, dict) else None
         more = pager(here, chosen, next_cursor, label="older")
         headers = ["at", "actor", "action", "kind", "name", "tenant", "detail"]
-        body = picker + table(headers, rows, test_id="audit") + more
+        scope = (
+            ""
+            if session.platform_admin
+            else f'<p class="muted">Tenant {esc(session.tenant)}\'s entries only.</p>'
+        )
+        body = scope + picker + table(headers, rows, test_id="audit") + more
         return _page(session, "Audit log", body, here)
 
     @get("/tenants")
@@ -514,310 +513,6 @@ class ConsoleController(Controller):
             + f'<h2>New tenant</h2><div class="card">{create_tenant_form(session.csrf)}</div>'
         )
         return _page(session, "Tenants", body, here)
-
-    @get("/tenants/{tenant:str}")
-    async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        here = "/console/tenants" if session.platform_admin else f"/console/tenants/{tenant}"
-        answer = await self._api(request, session).get(f"/api/v1/admin/tenants/{tenant}/keys")
-        if not answer.ok:
-            return await self._failed(request, session, answer, here)
-        base = f"/console/tenants/{tenant}/keys"
-        rows = []
-        for key in answer.body:
-            key_base = f"{base}/{key['key_id']}"
-            if key.get("revoked_at") is None:
-                actions = form(
-                    f"{key_base}/rotate",
-                    session.csrf,
-                    '<select name="grace_seconds" aria-label="old secret works for">'
-                    + "".join(f'<option value="{v}">{esc(n)}</option>' for n, v in GRACES)
-                    + "</select>",
-                    button="Rotate",
-                ) + form(f"{key_base}/revoke", session.csrf, "", button="Revoke", danger=True)
-            else:
-                why = key.get("revoked_reason")
-                actions = '<span class="muted">revoked</span>' + (
-                    f'<div class="muted">{esc(why)}</div>' if why else ""
-                )
-            rows.append(
-                (
-                    f"<code>{esc(key['key_id'])}</code>",
-                    esc(key["principal"]),
-                    esc(", ".join(key["roles"])),
-                    esc(" ".join(key["scopes"])),
-                    _when(key.get("created_at")),
-                    _when(key.get("last_used_at")),
-                    _activity(key.get("activity")),
-                    _when(key.get("expires_at")),
-                    actions,
-                )
-            )
-        headers = [
-            "key",
-            "principal",
-            "roles",
-            "scopes",
-            "created",
-            "last used",
-            "use",
-            "expires",
-            "",
-        ]
-        roles = ["member"] if not session.platform_admin else ["member", TENANT_ADMIN]
-        options = "".join(f'<option value="{r}">{r}</option>' for r in roles)
-        create = form(
-            base,
-            session.csrf,
-            '<label for="principal">principal</label>'
-            '<input id="principal" name="principal" required maxlength="64"'
-            ' pattern="[A-Za-z0-9][A-Za-z0-9._@-]*" placeholder="ci-bot">'
-            f'<label for="role">role</label><select id="role" name="role">{options}</select>',
-            button="Create key",
-        )
-        body = (
-            f"<h2>Keys</h2>{table(headers, rows, test_id='keys')}"
-            f'<h2>New key</h2><div class="card">{create}</div>'
-        )
-        return _page(session, f"Tenant {tenant}", body, here)
-
-    @post("/tenants/{tenant:str}/keys")
-    async def create_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        data = await request.form()
-        principal, role = data.get("principal"), data.get("role") or "member"
-        if not isinstance(principal, str) or not isinstance(role, str):
-            return await self._failed(request, session, Answer(400, None), "/console/tenants")
-        answer = await self._api(request, session).call(
-            "POST",
-            f"/api/v1/admin/tenants/{tenant}/keys",
-            json={"principal": principal.strip(), "roles": [role]},
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        await sessions_of(request).set_flash(
-            session,
-            message(
-                "token",
-                f"New key <code>{esc(answer.body['key_id'])}</code> for {esc(principal)}: copy its "
-                "token now, it is shown this once."
-                f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-                test_id="new-key",
-            ),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
-
-    @post("/tenants/{tenant:str}/keys/{key_id:str}/revoke")
-    async def revoke_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        answer = await self._api(request, session).call(
-            "DELETE", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}"
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        await sessions_of(request).set_flash(
-            session,
-            message("ok", f"Key <code>{esc(key_id)}</code> revoked."),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
-
-    @post("/tenants/{tenant:str}/keys/{key_id:str}/rotate")
-    async def rotate_key(
-        self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        grace = (await request.form()).get("grace_seconds", "3600")
-        if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
-            return await self._failed(request, session, Answer(400, None), "/console/tenants")
-        answer = await self._api(request, session).call(
-            "POST",
-            f"/api/v1/admin/tenants/{tenant}/keys/{key_id}/rotate",
-            json={"grace_seconds": int(grace)},
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/tenants")
-        until = answer.body.get("previous_valid_until")
-        await sessions_of(request).set_flash(
-            session,
-            message(
-                "token",
-                f"Key <code>{esc(key_id)}</code> rotated: copy its new token now, it is shown this "
-                "once. "
-                + (
-                    f"The old one works until {_when(until)}."
-                    if until
-                    else "The old one is refused."
-                )
-                + f'<pre data-testid="new-token">{esc(answer.body["token"])}</pre>',
-                test_id="new-key",
-            ),
-        )
-        return _redirect(f"/console/tenants/{tenant}")
-
-    @get("/workloads")
-    async def workloads(
-        self,
-        request: Request[Any, Any, Any],
-        state_filter: State = None,
-        cursor: Cursor = None,
-        tenant: NameFilter = None,
-        queue: NameFilter = None,
-    ) -> Response[Any]:
-        """A tenant admin: its tenant's workloads; a platform admin: every tenant's
-        (``GET /api/v1/admin/workloads``), filtered by tenant and queue too. A page at
-        a time, by the API's cursor."""
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        here = "/console/workloads"
-        state = state_filter if state_filter in STATES else None
-        kept = {
-            k: v
-            for k, v in (
-                ("state", state),
-                *((("tenant", tenant), ("queue", queue)) if session.platform_admin else ()),
-            )
-            if v
-        }
-        params = {"limit": "50", **kept, **({"cursor": cursor} if cursor else {})}
-        path = "/api/v1/admin/workloads" if session.platform_admin else "/api/v1/workloads"
-        answer = await self._api(request, session).get(path, **params)
-        if not answer.ok:
-            return await self._failed(request, session, answer, here)
-        if session.platform_admin:
-            picker = filters(
-                here,
-                field("tenant", "tenant", tenant or "", maxlength=63, size=12, placeholder="any")
-                + field("queue", "queue", queue or "", maxlength=63, size=12, placeholder="any")
-                + select("state", "state", ("", *STATES), state or ""),
-            )
-        else:
-            links = " ".join(
-                f'<a href="{here}?state={s}"{" class=current" if s == state else ""}>{s}</a>'
-                for s in STATES
-            )
-            picker = f'<p class="filters">state: <a href="{here}">all</a> {links}</p>'
-        rows = []
-        for w in _items(answer.body):
-            name = (
-                esc(w.get("name"))
-                if session.platform_admin  # a workload's own page is its tenant's
-                else f'<a href="/console/workloads/{esc(w.get("id"))}">{esc(w.get("name"))}</a>'
-            )
-            rows.append(
-                (
-                    name,
-                    *([esc(w.get("tenant"))] if session.platform_admin else []),
-                    f'<span class="state {esc(w.get("state"))}">{esc(w.get("state"))}</span>',
-                    _queue_link(w.get("queue")) if session.platform_admin else esc(w.get("queue")),
-                    esc(w.get("priority")),
-                    esc(_requests(w.get("pod_sets") or [])),
-                    esc((w.get("reason") or {}).get("code", "")),
-                    _when(w.get("created_at")),
-                )
-            )
-        headers = ["name", *(["tenant"] if session.platform_admin else []), "state", "queue"]
-        body = (
-            picker
-            + table(
-                [*headers, "priority", "requests", "reason", "created"], rows, test_id="workloads"
-            )
-            + pager(here, kept, answer.body.get("next_cursor"))
-        )
-        return _page(session, "Workloads", body, here)
-
-    @get("/workloads/{workload_id:str}")
-    async def workload(
-        self, request: Request[Any, Any, Any], workload_id: WorkloadId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        here = "/console/workloads"
-        if session.platform_admin:
-            return _redirect(here)
-        answer = await self._api(request, session).get(f"/api/v1/workloads/{workload_id}")
-        if not answer.ok:
-            return await self._failed(request, session, answer, here)
-        w = answer.body
-        reason = w.get("reason") or {}
-        facts = definition(
-            [
-                ("id", f"<code>{esc(w['id'])}</code>"),
-                (
-                    "state",
-                    f'<span class="state {esc(w["state"])}" data-testid="state">'
-                    f"{esc(w['state'])}</span>",
-                ),
-                ("queue", esc(w["queue"])),
-                ("priority", esc(w["priority"])),
-                ("requests", esc(_requests(w.get("pod_sets", [])))),
-                (
-                    "reason",
-                    f'<span data-testid="reason">{esc(reason.get("code", ""))}'
-                    f" {esc(reason.get('message', ''))}</span>",
-                ),
-                ("backend", esc(w.get("backend") or "")),
-                ("attempt", esc(w.get("attempt"))),
-                ("created", _when(w.get("created_at"))),
-                ("admitted", _when(w.get("admitted_at"))),
-                ("finished", _when(w.get("finished_at"))),
-            ]
-        )
-        events = table(
-            ["at", "event", "attempt", "detail"],
-            [
-                (
-                    _when(e.get("at")),
-                    esc(e.get("type")),
-                    esc(e.get("attempt")),
-                    f"<code>{esc(_detail(e.get('detail')))}</code>",
-                )
-                for e in w.get("events", [])
-            ],
-            test_id="events",
-        )
-        cancel = ""
-        if w["state"] in ("pending", "admitted", "running") and not w.get("cancel_requested"):
-            cancel = form(
-                f"/console/workloads/{w['id']}/cancel",
-                session.csrf,
-                "",
-                button="Cancel workload",
-                danger=True,
-            )
-        body = f"{facts}{cancel}<h2>Events</h2>{events}"
-        return _page(session, f"Workload {w['name']}", body, here)
-
-    @post("/workloads/{workload_id:str}/cancel")
-    async def cancel(
-        self, request: Request[Any, Any, Any], workload_id: WorkloadId
-    ) -> Response[Any]:
-        session = await self._session(request)
-        if session is None:
-            return _redirect("/console/login")
-        answer = await self._api(request, session).call(
-            "DELETE", f"/api/v1/workloads/{workload_id}"
-        )
-        if not answer.ok:
-            return await self._failed(request, session, answer, "/console/workloads")
-        await sessions_of(request).set_flash(
-            session,
-            message("ok", "Cancel requested."),
-        )
-        return _redirect(f"/console/workloads/{workload_id}")
 
     @get("/usage")
     async def usage(

@@ -87,9 +87,7 @@ class QueuePages(ConsolePages):
         self, request: Request[Any, Any, Any], cohort: CohortFilter = None, cursor: Cursor = None
     ) -> Response[Any]:
         """The queues' live state, a page at a time (the API pages them by name)."""
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = "/console/queues"
         params = {"limit": str(PAGE)}
         kept = {"cohort": cohort} if cohort else {}
@@ -132,17 +130,13 @@ class QueuePages(ConsolePages):
 
     @get("/queues/{name:str}")
     async def queue(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         return await self._detail(request, session, name)
 
     @post("/queues/{name:str}/preview")
     async def preview(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
         """What the edited quotas would admit and preempt; nothing is saved."""
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         api = self.api(request, session)
         config = await _config(api, name)
@@ -170,9 +164,7 @@ class QueuePages(ConsolePages):
 
     @post("/queues/{name:str}/save")
     async def save(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         data = await request.form()
         api = self.api(request, session)
         config = await _config(api, name)

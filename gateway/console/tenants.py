@@ -39,9 +39,7 @@ def _queues(text: str) -> list[str]:
 class TenantPages(ConsolePages):
     @post("/tenant-create")
     async def create(self, request: Request[Any, Any, Any]) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = "/console/tenants"
         data = await request.form()
         try:
@@ -58,22 +56,15 @@ class TenantPages(ConsolePages):
             if role not in ROLES or bool(principal) != bool(role):
                 raise FormError("first key: give both its principal and its role, or neither")
         except FormError as err:
-            await self.flash(
-                request, session, message("error", esc(str(err)), test_id="form-error")
-            )
-            return redirect(here)
+            return await self.refuse(request, session, esc(str(err)), here)
         api = self.api(request, session)
         answer = await api.call("POST", "/api/v1/admin/tenants", json=body)
         if not answer.ok:
             if answer.status == 401:
                 return await self.failed(request, session, answer, here)
-            await self.flash(
-                request,
-                session,
-                message("error", f"Not created: {esc(answer.error)}", test_id="form-error"),
-            )
-            return redirect(here)
+            return await self.refuse(request, session, f"Not created: {esc(answer.error)}", here)
         done = f"Tenant {esc(name)} created."
+        keys_page = f"/console/tenants/{name}"
         if principal:
             key = await api.call(
                 "POST",
@@ -81,14 +72,9 @@ class TenantPages(ConsolePages):
                 json={"principal": principal, "roles": [role]},
             )
             if not key.ok:
-                await self.flash(
-                    request,
-                    session,
-                    message(
-                        "error", f"{done} Its key was not: {esc(key.error)}", test_id="form-error"
-                    ),
+                return await self.refuse(
+                    request, session, f"{done} Its key was not: {esc(key.error)}", keys_page
                 )
-                return redirect(f"/console/tenants/{name}")
             await self.flash(
                 request,
                 session,
@@ -99,29 +85,23 @@ class TenantPages(ConsolePages):
                     test_id="new-key",
                 ),
             )
-            return redirect(f"/console/tenants/{name}")
+            return redirect(keys_page)
         await self.flash(request, session, message("ok", done, test_id="saved"))
         return redirect(here)
 
     @post("/tenants/{tenant:str}/delete")
     async def delete(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
-        session = await self.session(request)
-        if session is None:
-            return redirect("/console/login")
+        session = await self.signed_in(request)
         here = "/console/tenants"
         data = await request.form()
         version = data.get("version")
         if data.get("confirm") != tenant:
-            await self.flash(
+            return await self.refuse(
                 request,
                 session,
-                message(
-                    "error",
-                    f"Not deleted: type the tenant's name ({esc(tenant)}) to confirm.",
-                    test_id="form-error",
-                ),
+                f"Not deleted: type the tenant's name ({esc(tenant)}) to confirm.",
+                here,
             )
-            return redirect(here)
         if not isinstance(version, str) or not version.isdigit() or len(version) > 18:
             return await self.failed(request, session, Answer(400, None), here)
         answer = await self.api(request, session).call(
@@ -130,12 +110,7 @@ class TenantPages(ConsolePages):
         if not answer.ok:
             if answer.status == 401:
                 return await self.failed(request, session, answer, here)
-            await self.flash(
-                request,
-                session,
-                message("error", f"Not deleted: {esc(answer.error)}", test_id="form-error"),
-            )
-            return redirect(here)
+            return await self.refuse(request, session, f"Not deleted: {esc(answer.error)}", here)
         gone = answer.body if isinstance(answer.body, dict) else {}
         await self.flash(
             request,
