@@ -46,7 +46,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,13 +279,23 @@ class Gateway:
 
 @contextmanager
 def gateway(
-    tmp: Path, upstream: str, redis: str, profile: str | None, *, metrics: bool = True
+    tmp: Path,
+    upstream: str,
+    redis: str,
+    profile: str | None,
+    *,
+    metrics: bool = True,
+    wrapper: Sequence[str] = (),
+    start_timeout: float = 60.0,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Gateway]:
     """``ignara serve`` on ``upstream``; ``metrics=False``: with IGNARA_METRICS=0 (the
-    ``gateway-nometrics`` target, to weigh what the metrics cost in the same run)."""
+    ``gateway-nometrics`` target, to weigh what the metrics cost in the same run);
+    ``wrapper``: a command the gateway runs under (``bench/metrics_cost.py``'s valgrind),
+    ``extra_env``: settings on top of the benchmark's own."""
     if not metrics:
         tmp = tmp / "nometrics"
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=True)
     config = tmp / "bench.yaml"
     config.write_text(CONFIG.format(tenant=TENANT, model=MODEL, upstream=upstream))
     port = free_port()
@@ -305,6 +315,7 @@ def gateway(
         IGNARA_LOG_LEVEL="warning",
         IGNARA_METRICS="1" if metrics else "0",
     )
+    env.update(extra_env or {})
     serve = ["serve", "--config", str(config), "--port", str(port)]
     if profile:
         command = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "gateway.cli", *serve]
@@ -317,9 +328,11 @@ def gateway(
         )
     stop_signal = signal.SIGINT if profile else signal.SIGTERM
     log_path = tmp / "gateway.log"
+    if wrapper:  # the interpreter itself, not the `ignara` script's shebang, runs under it
+        command = [*wrapper, sys.executable, "-m", "gateway.cli", *serve]
     with process("gateway", command, log_path, stop_signal, env=env, cwd=tmp) as proc:
         base = f"http://127.0.0.1:{port}"
-        wait_http(proc, f"{base}/healthz")
+        wait_http(proc, f"{base}/healthz", timeout=start_timeout)
         gw = Gateway(proc, base, admin_key)
         gw.token = create_key(gw)
         yield gw

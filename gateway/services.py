@@ -381,6 +381,7 @@ class Services:
             self.backends,
             flavor_backends=self.flavor_backends,
             outage=self.outages.database,
+            interval=self.settings.admission.interval,
             estimate_interval=self.settings.admission.estimate_interval,
             charged=self.charged_loader,
             board=self.live,

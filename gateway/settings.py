@@ -161,6 +161,9 @@ class UpstreamKeyRule(VariableRule):
 
 @dataclass(frozen=True)
 class AdmissionSettings:
+    # IGNARA_ADMISSION_INTERVAL: how often the leader runs an admission pass (and its
+    # dispatcher's): the longest a submission waits for the pass that decides on it.
+    interval: float = 0.5
     # IGNARA_ESTIMATE_INTERVAL: how often the leader recomputes pending workloads'
     # estimated starts (a forecast over every queue: not on every admission pass).
     estimate_interval: float = 5.0
@@ -346,6 +349,9 @@ class Settings:
                 key_env={name: value for name, value in env.items() if rule.allows(name)},
             ),
             admission=AdmissionSettings(
+                interval=_seconds(
+                    env, "IGNARA_ADMISSION_INTERVAL", AdmissionSettings.interval, positive=True
+                ),
                 estimate_interval=_seconds(
                     env,
                     "IGNARA_ESTIMATE_INTERVAL",

@@ -108,3 +108,20 @@ def test_key_hygiene_settings_are_read_and_checked() -> None:
     ):
         with pytest.raises(ValueError, match=name):
             Settings.from_env({name: bad})
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [(None, 0.5), ("2", 2.0), ("0.05", 0.05)],
+)
+def test_the_admission_pass_interval_is_read(raw: str | None, expected: float) -> None:
+    env = {} if raw is None else {"IGNARA_ADMISSION_INTERVAL": raw}
+    assert Settings.from_env(env).admission.interval == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "inf"])
+def test_an_admission_pass_interval_that_is_not_a_positive_duration_is_refused(
+    raw: str,
+) -> None:
+    with pytest.raises(ValueError, match="IGNARA_ADMISSION_INTERVAL"):
+        Settings.from_env({"IGNARA_ADMISSION_INTERVAL": raw})
