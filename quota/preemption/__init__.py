@@ -27,17 +27,19 @@ class Preemptor:
         self.state = state
         self.fair_sharing = fair_sharing
         self.reference = reference
-        self._index: CandidateIndex | None = None
+        self._index = CandidateIndex(state)
+        self._frozen = False
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
         """While the caller changes neither admitted workloads nor usage (beyond what
         each search puts back), searches share one :class:`CandidateIndex`."""
-        self._index = CandidateIndex(self.state)
+        self._index.refresh()
+        self._frozen = True
         try:
             yield
         finally:
-            self._index = None
+            self._frozen = False
 
     def targets(self, request: PreemptionRequest) -> list[Target]:
         policy = request.queue.spec.preemption
@@ -49,4 +51,4 @@ class Preemptor:
             return fair_targets(self.state, request)
         if self.reference:
             return classical_reference.classical_targets(self.state, request)
-        return classical_targets(self.state, request, self._index)
+        return classical_targets(self.state, request, self._index if self._frozen else None)

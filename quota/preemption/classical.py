@@ -78,17 +78,28 @@ def victim_order(record: AdmittedWorkload) -> VictimKey:
 
 
 class CandidateIndex:
-    """What collecting candidates reads, computed once and kept while admitted
-    workloads and usage stand still: the nomination stage of a cycle, whose
-    preemption simulations put back whatever they take out. Make a new one after
-    anything is admitted, released or charged.
+    """What collecting candidates reads. Each queue's workloads in victim order are
+    kept until the queue's admitted workloads change; which nodes are over nominal
+    is computed once per :meth:`refresh`, and so holds only while usage stands
+    still (the nomination stage of a cycle: its preemption searches put back
+    whatever they take out). Call :meth:`refresh` whenever usage may have changed.
     """
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._over: dict[FlavorResource, frozenset[int]] = {}
-        self._ranked: dict[tuple[str, frozenset[FlavorResource]], list[_Ranked]] = {}
-        self._priorities: dict[tuple[str, frozenset[FlavorResource]], list[int]] = {}
+        self._over_children: dict[
+            tuple[int, frozenset[FlavorResource]],
+            tuple[list[CohortNode], list[ClusterQueueNode]],
+        ] = {}
+        # (queue, flavor-resources) -> (the queue's admitted_version, ranked, priorities)
+        self._ranked: dict[
+            tuple[str, frozenset[FlavorResource]], tuple[int, list[_Ranked], list[int]]
+        ] = {}
+
+    def refresh(self) -> None:
+        self._over.clear()
+        self._over_children.clear()
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
@@ -100,6 +111,19 @@ class CandidateIndex:
                 return True
         return False
 
+    def children_over_nominal(
+        self, cohort: CohortNode, frs: frozenset[FlavorResource]
+    ) -> tuple[list[CohortNode], list[ClusterQueueNode]]:
+        """The child cohorts and queues of ``cohort`` over nominal in any of ``frs``."""
+        key = (id(cohort), frs)
+        found = self._over_children.get(key)
+        if found is None:
+            found = self._over_children[key] = (
+                [c for c in cohort.child_cohorts if self.over_nominal(c, frs)],
+                [q for q in cohort.child_queues if self.over_nominal(q, frs)],
+            )
+        return found
+
     def _nodes_over(self, fr: FlavorResource) -> frozenset[int]:
         nodes: Iterator[ResourceNode] = chain(
             self.state.queues.values(), self.state.cohorts.values()
@@ -108,12 +132,12 @@ class CandidateIndex:
             id(node) for node in nodes if node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0)
         )
 
-    def ranked(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> list[_Ranked]:
-        """The queue's workloads using any of ``frs``, in victim order."""
+    def _entry(
+        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]
+    ) -> tuple[int, list[_Ranked], list[int]]:
         key = (queue.name, frs)
-        ranked = self._ranked.get(key)
-        if ranked is None:
-            self._priorities.pop(key, None)
+        entry = self._ranked.get(key)
+        if entry is None or entry[0] != queue.admitted_version:
             ranked = sorted(
                 (
                     (victim_order(record), record)
@@ -122,18 +146,22 @@ class CandidateIndex:
                 ),
                 key=itemgetter(0),
             )
-            self._ranked[key] = ranked
-        return ranked
+            entry = self._ranked[key] = (
+                queue.admitted_version,
+                ranked,
+                [k[0] for k, _ in ranked],
+            )
+        return entry
+
+    def ranked(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> list[_Ranked]:
+        """The queue's workloads using any of ``frs``, in victim order."""
+        return self._entry(queue, frs)[1]
 
     def count_below(
         self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], priority: int
     ) -> int:
         """How many of :meth:`ranked` have a priority below ``priority``."""
-        key = (queue.name, frs)
-        priorities = self._priorities.get(key)
-        if priorities is None:
-            priorities = self._priorities[key] = [k[0] for k, _ in self.ranked(queue, frs)]
-        return bisect.bisect_left(priorities, priority)
+        return bisect.bisect_left(self._entry(queue, frs)[2], priority)
 
 
 @dataclass(slots=True)
@@ -328,13 +356,12 @@ def _collect_subtree(
     advantage: bool,
     into: list[_Stream],
 ) -> None:
-    frs = request.needs_preemption
-    for child in cohort.child_cohorts:
-        if child is skip or not index.over_nominal(child, frs):
-            continue
-        _collect_subtree(index, request, child, lca, skip, advantage, into)
-    for queue in cohort.child_queues:
-        if queue is request.queue or not index.over_nominal(queue, frs):
+    cohorts, queues = index.children_over_nominal(cohort, request.needs_preemption)
+    for child in cohorts:
+        if child is not skip:
+            _collect_subtree(index, request, child, lca, skip, advantage, into)
+    for queue in queues:
+        if queue is request.queue:
             continue
         stream = _stream(index, request, queue, lca, advantage)
         if stream is not None:
