@@ -6,7 +6,7 @@ once their queue is back within nominal) against
 time): random quota trees (cohorts with borrowing and lending limits, every
 preemption policy incl. reclaim Any / LowerPriority and within LowerPriority /
 LowerOrNewerEqualPriority, borrowWithinCohort thresholds, fair sharing on and
-off), random streams of additions, cycles, completions and deletions. Each
+off), random streams of additions, cycles and completions. Each
 cycle's decisions must be identical: who is admitted where with what usage, who
 is preempted by whom and why, every pending reason.
 """
