@@ -13,11 +13,17 @@ With ``--budgets`` the same workloads are played in one process, plain and with
 GPU-hour budgets (every queue and cohort has one, every workload a max runtime of 1-8
 h, the budget clock advancing a minute per cycle), alternately ``--repeat`` times (a
 shared machine drifts; pairs side by side do not), and the medians of both are printed
-with their ratio. ``--estimates N`` times N what-if estimates (engine built from the state, the
-candidate added, scheduled, played forward) against that many pending workloads.
+with their ratio. ``--completions`` plays churn instead of a drain: workloads arrive over time
+(1.5 per queue per cycle, a little more than the tree can run), every admitted workload
+finishes after as many cycles as its max runtime has hours (1-8), and the run goes on until
+every workload has finished (or ``--max-cycles``); with ``--preemption`` that is arrivals,
+admissions, completions and evictions all the time, as a trace replay is. ``--estimates N`` times N
+what-if estimates (engine built from the state, the candidate added, scheduled, played
+forward) against that many pending workloads.
 
     python bench/admission.py --workloads 10000 --queues 100
     python bench/admission.py --workloads 10000 --queues 100 --budgets
+    python bench/admission.py --workloads 10000 --queues 100 --preemption --completions
     python bench/admission.py --workloads 1000 --queues 100 --estimates 50
 """
 
@@ -203,6 +209,61 @@ def run(
     }
 
 
+def churn(n: int, queues: int, seed: int, preemption: bool, max_cycles: int) -> dict[str, object]:
+    """Admissions, completions (and evictions) until every workload has finished."""
+    rng = random.Random(seed)
+    config = build_config(queues, preemption)
+    workloads = build_workloads(n, queues, rng)
+    runtime = {w.name: int((w.max_runtime or 3600) // 3600) for w in workloads}
+    clock = iter(range(10**9))
+    engine = QuotaEngine(config, clock=lambda: float(next(clock)), now=START)
+    per_cycle = max(1, 3 * queues // 2)
+    arrivals = [workloads[i : i + per_cycle] for i in range(0, len(workloads), per_cycle)]
+    arrivals.reverse()
+    del workloads
+    gc.collect()
+    ends: dict[int, list[str]] = {}
+    durations = []
+    admitted = preempted = completed = cycles = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    while cycles < max_cycles and (arrivals or engine.admitted or next(engine.pending(), None)):
+        t0 = time.perf_counter()
+        for workload in arrivals.pop() if arrivals else ():
+            engine.add(workload)
+        cycle = engine.schedule_once()
+        cycles += 1
+        for name in cycle.admitted:
+            ends.setdefault(cycles + runtime[name], []).append(name)
+        for name in ends.pop(cycles, ()):
+            if name in engine.admitted:  # not evicted meanwhile
+                engine.finish(name)
+                completed += 1
+        durations.append(time.perf_counter() - t0)
+        admitted += len(cycle.admitted)
+        preempted += len(cycle.preempted)
+    drain = time.perf_counter() - start
+    drain_cpu = time.process_time() - cpu_start
+    durations.sort()
+    return {
+        "workloads": n,
+        "queues": queues,
+        "preemption": preemption,
+        "completions": True,
+        "drain_s": round(drain, 3),
+        "drain_cpu_s": round(drain_cpu, 3),
+        "cycles": cycles,
+        "cut_short": cycles >= max_cycles,
+        "cycle_p50_ms": round(statistics.median(durations) * 1000, 3),
+        "cycle_p99_ms": round(
+            durations[min(len(durations) - 1, int(len(durations) * 0.99))] * 1000, 3
+        ),
+        "admitted": admitted,
+        "completed": completed,
+        "preempted": preempted,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
 def estimates(
     n: int, queues: int, seed: int, count: int, preemption: bool = False
 ) -> dict[str, object]:
@@ -260,7 +321,19 @@ def main() -> None:
         "--repeat", type=int, default=5, help="with --budgets: pairs to play (medians)"
     )
     parser.add_argument("--estimates", type=int, default=0, help="time this many estimates")
+    parser.add_argument(
+        "--completions",
+        action="store_true",
+        help="admitted workloads finish after 1-8 cycles; run until all have finished",
+    )
+    parser.add_argument(
+        "--max-cycles", type=int, default=100_000, help="with --completions: stop after this many"
+    )
     args = parser.parse_args()
+    if args.completions:
+        figures = churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
+        print(json.dumps(figures))
+        return
     if args.estimates:
         figures = estimates(args.workloads, args.queues, args.seed, args.estimates, args.preemption)
         print(json.dumps(figures))

@@ -83,7 +83,15 @@ class CohortNode(ResourceNode):
 
 
 class ClusterQueueNode(ResourceNode):
-    __slots__ = ("admitted", "budget_resources", "budgets", "flavor_resources", "group_of", "spec")
+    __slots__ = (
+        "admitted",
+        "admitted_version",
+        "budget_resources",
+        "budgets",
+        "flavor_resources",
+        "group_of",
+        "spec",
+    )
 
     def __init__(self, spec: ClusterQueueSpec) -> None:
         super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
@@ -96,6 +104,9 @@ class ClusterQueueNode(ResourceNode):
         for fr in self.quotas:
             self.flavor_resources.setdefault(fr.flavor, {})[fr.resource] = fr
         self.admitted: dict[str, AdmittedWorkload] = {}
+        # Bumped whenever ``admitted`` changes (and put back by ``ClusterState.without``),
+        # so what is derived from it can be kept until it does.
+        self.admitted_version = 0
         self.group_of = {
             resource: index
             for index, group in enumerate(spec.resource_groups)
@@ -293,6 +304,7 @@ class ClusterState:
         """Make ``record`` hold its quota (no generation change: for simulations)."""
         queue = self.queues[record.admission.cluster_queue]
         queue.admitted[record.name] = record
+        queue.admitted_version += 1
         self.admitted[record.name] = record
         self.charge(queue, record.usage)
         return queue
@@ -301,6 +313,7 @@ class ClusterState:
         """Undo :meth:`attach`."""
         queue = self.queues[record.admission.cluster_queue]
         del queue.admitted[record.name]
+        queue.admitted_version += 1
         del self.admitted[record.name]
         self.refund(queue, record.usage)
         return queue
@@ -324,6 +337,10 @@ class ClusterState:
     def without(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:
         """Simulate that ``records`` hold no quota, then put them back."""
         gone = list(records)
+        versions = {
+            name: self.queues[name].admitted_version
+            for name in {r.admission.cluster_queue for r in gone}
+        }
         for record in gone:
             self.detach(record)
         try:
@@ -331,6 +348,8 @@ class ClusterState:
         finally:
             for record in reversed(gone):
                 self.attach(record)
+            for name, version in versions.items():
+                self.queues[name].admitted_version = version  # the same workloads again
 
     @staticmethod
     def charge(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:

@@ -36,10 +36,17 @@ class QuotaEngine:
     """
 
     def __init__(
-        self, config: QuotaConfig, *, clock: Clock = time.time, now: datetime | None = None
+        self,
+        config: QuotaConfig,
+        *,
+        clock: Clock = time.time,
+        now: datetime | None = None,
+        reference_preemption: bool = False,
     ) -> None:
         """``clock`` orders admissions; ``now`` is the budget clock's time (UTC),
-        moved only by :meth:`advance_to`."""
+        moved only by :meth:`advance_to`. ``reference_preemption`` chooses victims the
+        plain, slow way (:mod:`quota.preemption.classical_reference`), for tests that
+        check the fast way decides the same."""
         self.config = config
         self.state = ClusterState.build(config)
         self.state.now = now if now is not None else datetime.now(UTC)
@@ -53,7 +60,12 @@ class QuotaEngine:
         self._next_refresh = datetime.max.replace(tzinfo=UTC)
         self._reasons: dict[str, PendingReason] = {}
         self._preemptions: dict[str, Preemption] = {}
-        self._scheduler = Scheduler(self.state, self.queues, fair_sharing=config.fair_sharing)
+        self._scheduler = Scheduler(
+            self.state,
+            self.queues,
+            fair_sharing=config.fair_sharing,
+            reference=reference_preemption,
+        )
         self._clock = clock
 
     # -- reading -------------------------------------------------------------------------

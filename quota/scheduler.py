@@ -89,11 +89,20 @@ class CycleResult:
 
 
 class Scheduler:
-    def __init__(self, state: ClusterState, queues: QueueManager, *, fair_sharing: bool) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        queues: QueueManager,
+        *,
+        fair_sharing: bool,
+        reference: bool = False,
+    ) -> None:
+        """``reference`` runs the plain (slow) preemption search, for tests that check
+        the fast one decides the same."""
         self.state = state
         self.queues = queues
         self.fair_sharing = fair_sharing
-        self.preemptor = Preemptor(state, fair_sharing=fair_sharing)
+        self.preemptor = Preemptor(state, fair_sharing=fair_sharing, reference=reference)
         self.cycle = 0
         self._scans: dict[str, _ScanState] = {}
 
@@ -106,8 +115,10 @@ class Scheduler:
         # 1. Heads.
         heads = self.queues.heads(skip=stopped)
         result.heads = [w.name for w in heads]
-        # 2. Nominate against the usage at the start of the cycle.
-        entries = [self._nominate(w, resume=self._resume(w)) for w in heads]
+        # 2. Nominate against the usage at the start of the cycle, which stands still
+        # until processing: the preemption searches share what they collect.
+        with self.preemptor.frozen():
+            entries = [self._nominate(w, resume=self._resume(w)) for w in heads]
         self._remember_scans(entries)
         # 3-4. Order and process.
         cycle = _Cycle(self.state)

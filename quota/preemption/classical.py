@@ -7,13 +7,25 @@
 3. Try one or two attempts (borrowing allowed or not): remove candidates in
    order, skipping those whose queue is back within nominal, until the
    workload fits; then give back the ones not needed.
+
+The targets are exactly those of :mod:`quota.preemption.classical_reference`
+(``tests/quota/test_churn_equivalence.py`` plays both); what differs is the cost.
+A :class:`CandidateIndex` keeps, while nomination runs, each queue's workloads
+per flavor-resource already in victim order and which nodes are over their
+nominal quota; the groups are merged lazily from it, so a search that fits after
+a few removals never looks at the other candidates, and a queue's candidates stop
+at the first one its policy does not allow (they are sorted by priority).
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import chain
+from operator import itemgetter
 
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState, CohortNode
 from quota.model import BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinClusterQueue
@@ -31,7 +43,7 @@ from quota.preemption.common import (
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, local_available
 
-__all__ = ["classical_targets", "victim_order"]
+__all__ = ["CandidateIndex", "classical_targets", "victim_order"]
 
 
 class _Variant(IntEnum):
@@ -49,6 +61,9 @@ _REASON = {
     _Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
+VictimKey = tuple[int, float, str]
+_Ranked = tuple[VictimKey, AdmittedWorkload]
+
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
@@ -57,21 +72,119 @@ class _Candidate:
     variant: _Variant
 
 
-def victim_order(record: AdmittedWorkload) -> tuple[int, float, str]:
+def victim_order(record: AdmittedWorkload) -> VictimKey:
     """Lower priority first, then the most recently admitted, then by name."""
     return (record.priority, -record.admitted_at, record.name)
 
 
-def classical_targets(state: ClusterState, request: PreemptionRequest) -> list[Target]:
-    """The fewest workloads to evict so that ``request`` fits, or ``[]``."""
+class CandidateIndex:
+    """What collecting candidates reads. Each queue's workloads in victim order are
+    kept until the queue's admitted workloads change; which nodes are over nominal
+    is computed once per :meth:`refresh`, and so holds only while usage stands
+    still (the nomination stage of a cycle: its preemption searches put back
+    whatever they take out). Call :meth:`refresh` whenever usage may have changed.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._over: dict[FlavorResource, frozenset[int]] = {}
+        self._over_children: dict[
+            tuple[int, frozenset[FlavorResource]],
+            tuple[list[CohortNode], list[ClusterQueueNode]],
+        ] = {}
+        # (queue, flavor-resources) -> (the queue's admitted_version, ranked, priorities)
+        self._ranked: dict[
+            tuple[str, frozenset[FlavorResource]], tuple[int, list[_Ranked], list[int]]
+        ] = {}
+
+    def refresh(self) -> None:
+        self._over.clear()
+        self._over_children.clear()
+
+    def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
+        """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
+        for fr in frs:
+            over = self._over.get(fr)
+            if over is None:
+                over = self._over[fr] = self._nodes_over(fr)
+            if id(node) in over:
+                return True
+        return False
+
+    def children_over_nominal(
+        self, cohort: CohortNode, frs: frozenset[FlavorResource]
+    ) -> tuple[list[CohortNode], list[ClusterQueueNode]]:
+        """The child cohorts and queues of ``cohort`` over nominal in any of ``frs``."""
+        key = (id(cohort), frs)
+        found = self._over_children.get(key)
+        if found is None:
+            found = self._over_children[key] = (
+                [c for c in cohort.child_cohorts if self.over_nominal(c, frs)],
+                [q for q in cohort.child_queues if self.over_nominal(q, frs)],
+            )
+        return found
+
+    def _nodes_over(self, fr: FlavorResource) -> frozenset[int]:
+        nodes: Iterator[ResourceNode] = chain(
+            self.state.queues.values(), self.state.cohorts.values()
+        )
+        return frozenset(
+            id(node) for node in nodes if node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0)
+        )
+
+    def _entry(
+        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]
+    ) -> tuple[int, list[_Ranked], list[int]]:
+        key = (queue.name, frs)
+        entry = self._ranked.get(key)
+        if entry is None or entry[0] != queue.admitted_version:
+            ranked = sorted(
+                (
+                    (victim_order(record), record)
+                    for record in queue.admitted.values()
+                    if any(fr in frs for fr in record.usage)
+                ),
+                key=itemgetter(0),
+            )
+            entry = self._ranked[key] = (
+                queue.admitted_version,
+                ranked,
+                [k[0] for k, _ in ranked],
+            )
+        return entry
+
+    def ranked(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> list[_Ranked]:
+        """The queue's workloads using any of ``frs``, in victim order."""
+        return self._entry(queue, frs)[1]
+
+    def count_below(
+        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], priority: int
+    ) -> int:
+        """How many of :meth:`ranked` have a priority below ``priority``."""
+        return bisect.bisect_left(self._entry(queue, frs)[2], priority)
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One queue's candidates in victim order (those its policy allows), all with the
+    same lowest common ancestor with the preemptor's queue."""
+
+    queue: ClusterQueueNode
+    lca: ResourceNode | None
+    advantage: bool
+    ranked: list[_Ranked]
+
+
+def classical_targets(
+    state: ClusterState, request: PreemptionRequest, index: CandidateIndex | None = None
+) -> list[Target]:
+    """The fewest workloads to evict so that ``request`` fits, or ``[]``. ``index``
+    must describe the state as it is now (see :class:`CandidateIndex`)."""
+    if index is None:
+        index = CandidateIndex(state)
     queue = request.queue
-    same_queue = _same_queue_candidates(request)
-    hierarchical, by_priority = _cohort_candidates(request)
-    candidates = [
-        *sorted(hierarchical, key=lambda c: victim_order(c.record)),
-        *sorted(by_priority, key=lambda c: victim_order(c.record)),
-        *sorted(same_queue, key=lambda c: victim_order(c.record)),
-    ]
+    same_queue = _same_queue_candidates(index, request)
+    hierarchical, by_priority = _cohort_candidates(index, request)
     policy = queue.spec.preemption
     forbidden = policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
     attempts: tuple[bool, ...]
@@ -81,11 +194,10 @@ def classical_targets(state: ClusterState, request: PreemptionRequest) -> list[T
         attempts = (False, True)
     else:
         attempts = (True, False)
+    groups = (hierarchical, by_priority, same_queue)
     for allow_borrowing in attempts:
         targets: list[Target] = []
-        for candidate in candidates:
-            if not _is_valid(state, request, candidate, allow_borrowing):
-                continue
+        for candidate in _in_order(state, request, groups, allow_borrowing):
             simulate_removal(state, candidate.record)
             targets.append(Target(candidate.record, _REASON[candidate.variant]))
             if workload_fits(request, allow_borrowing):
@@ -96,24 +208,103 @@ def classical_targets(state: ClusterState, request: PreemptionRequest) -> list[T
     return []
 
 
+def _in_order(
+    state: ClusterState,
+    request: PreemptionRequest,
+    groups: tuple[list[_Stream], ...],
+    allow_borrowing: bool,
+) -> Iterator[_Candidate]:
+    """The valid candidates of each group in turn, each group merged in victim order
+    (keys end with the workload's name: unique, so merging is sorting). Checked as
+    reached, against usage with earlier targets removed; a stream whose queue (or a
+    cohort up to the common ancestor) is found back within nominal is dropped whole,
+    since removals only lower usage while an attempt lasts."""
+    borrow_never = (
+        request.queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
+    )
+    for streams in groups:
+        heap = [(stream.ranked[0][0], i, 0) for i, stream in enumerate(streams)]
+        heapq.heapify(heap)
+        while heap:
+            _, i, position = heap[0]
+            stream = streams[i]
+            record = stream.ranked[position][1]
+            variant = _variant(request, record, stream.queue is request.queue, stream.advantage)
+            if variant is not _Variant.WITHIN_CQ and not _path_over_nominal(
+                request, stream.queue, stream.lca
+            ):
+                heapq.heappop(heap)  # and every later candidate of this stream
+                continue
+            position += 1
+            if position < len(stream.ranked):
+                heapq.heapreplace(heap, (stream.ranked[position][0], i, position))
+            else:
+                heapq.heappop(heap)
+            if allow_borrowing and variant is _Variant.RECLAIM_WITHOUT_BORROWING:
+                if borrow_never:
+                    break  # so is every candidate of this group (only by_priority has any)
+                continue
+            yield _Candidate(record, stream.lca, variant)
+
+
+def _path_over_nominal(
+    request: PreemptionRequest, queue: ClusterQueueNode, lca: ResourceNode | None
+) -> bool:
+    """Kueue's check that a candidate of another queue may still go: its queue and
+    every cohort below the common ancestor still over nominal."""
+    frs = request.needs_preemption
+    node: ResourceNode | None = queue
+    while node is not None and node is not lca:
+        if is_within_nominal(node, frs):
+            return False
+        node = node.parent
+    return True
+
+
 def _under_nominal(request: PreemptionRequest) -> bool:
     queue = request.queue
     return all(queue.usage.get(fr, 0) < queue.quota(fr).nominal for fr in request.needs_preemption)
 
 
-def _variant(request: PreemptionRequest, record: AdmittedWorkload, advantage: bool) -> _Variant:
-    if not _uses_any(record, request.needs_preemption):
-        return _Variant.NEVER
-    queue = request.queue
-    policy = queue.spec.preemption
-    same_queue = record.admission.cluster_queue == queue.name
-    rule = policy.within_cluster_queue if same_queue else policy.reclaim_within_cohort
-    if not satisfies_policy(request.workload, record.workload, rule):
-        return _Variant.NEVER
+def _stream(
+    index: CandidateIndex,
+    request: PreemptionRequest,
+    queue: ClusterQueueNode,
+    lca: ResourceNode | None,
+    advantage: bool,
+) -> _Stream | None:
+    """The queue's candidates that its policy allows (Kueue's
+    ``SatisfiesPreemptionPolicy``), or ``None`` if there are none."""
+    preemptor = request.workload
+    policy = request.queue.spec.preemption
+    rule: str = (
+        policy.within_cluster_queue if queue is request.queue else policy.reclaim_within_cohort
+    )
+    if rule == "Never":
+        return None
+    ranked = index.ranked(queue, request.needs_preemption)
+    if rule != "Any":
+        # Sorted by priority: the allowed ones come first.
+        priority = preemptor.priority
+        if rule == "LowerPriority":
+            ranked = ranked[: index.count_below(queue, request.needs_preemption, priority)]
+        else:
+            ranked = ranked[: index.count_below(queue, request.needs_preemption, priority + 1)]
+            ranked = [
+                item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)
+            ]
+    return _Stream(queue, lca, advantage, ranked) if ranked else None
+
+
+def _variant(
+    request: PreemptionRequest, record: AdmittedWorkload, same_queue: bool, advantage: bool
+) -> _Variant:
+    """The variant of a candidate its policy allows."""
     if same_queue:
         return _Variant.WITHIN_CQ
     if advantage:
         return _Variant.HIERARCHICAL_RECLAIM
+    policy = request.queue.spec.preemption
     if policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER:
         return _Variant.RECLAIM_WITHOUT_BORROWING
     threshold = policy.max_priority_threshold
@@ -124,31 +315,21 @@ def _variant(request: PreemptionRequest, record: AdmittedWorkload, advantage: bo
     return _Variant.RECLAIM_WHILE_BORROWING
 
 
-def _uses_any(record: AdmittedWorkload, frs: frozenset[FlavorResource]) -> bool:
-    return any(fr in frs for fr in record.usage)
-
-
-def _from_queue(
-    request: PreemptionRequest, queue: ClusterQueueNode, lca: ResourceNode | None, advantage: bool
-) -> Iterator[_Candidate]:
-    for record in queue.admitted.values():
-        variant = _variant(request, record, advantage)
-        if variant is not _Variant.NEVER:
-            yield _Candidate(record, lca, variant)
-
-
-def _same_queue_candidates(request: PreemptionRequest) -> list[_Candidate]:
+def _same_queue_candidates(index: CandidateIndex, request: PreemptionRequest) -> list[_Stream]:
     if request.queue.spec.preemption.within_cluster_queue is WithinClusterQueue.NEVER:
         return []
-    return list(_from_queue(request, request.queue, None, False))
+    stream = _stream(index, request, request.queue, None, False)
+    return [] if stream is None else [stream]
 
 
-def _cohort_candidates(request: PreemptionRequest) -> tuple[list[_Candidate], list[_Candidate]]:
+def _cohort_candidates(
+    index: CandidateIndex, request: PreemptionRequest
+) -> tuple[list[_Stream], list[_Stream]]:
     """Candidates from other queues, split by whether the preemptor has the
     hierarchical advantage (its request fits the quota of the subtree they share)."""
     queue = request.queue
-    hierarchical: list[_Candidate] = []
-    by_priority: list[_Candidate] = []
+    hierarchical: list[_Stream] = []
+    by_priority: list[_Stream] = []
     if queue.parent is None or (
         queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
     ):
@@ -159,7 +340,7 @@ def _cohort_candidates(request: PreemptionRequest) -> tuple[list[_Candidate], li
     while node is not None:
         assert isinstance(node, CohortNode)
         into = hierarchical if advantage else by_priority
-        _collect_subtree(request, node, node, previous, advantage, into)
+        _collect_subtree(index, request, node, node, previous, advantage, into)
         fits, remaining = _fits_in_quota(node, remaining)
         advantage = advantage or fits
         previous, node = node, node.parent
@@ -167,22 +348,24 @@ def _cohort_candidates(request: PreemptionRequest) -> tuple[list[_Candidate], li
 
 
 def _collect_subtree(
+    index: CandidateIndex,
     request: PreemptionRequest,
     cohort: CohortNode,
     lca: CohortNode,
     skip: ResourceNode | None,
     advantage: bool,
-    into: list[_Candidate],
+    into: list[_Stream],
 ) -> None:
-    frs = request.needs_preemption
-    for child in cohort.child_cohorts:
-        if child is skip or is_within_nominal(child, frs):
+    cohorts, queues = index.children_over_nominal(cohort, request.needs_preemption)
+    for child in cohorts:
+        if child is not skip:
+            _collect_subtree(index, request, child, lca, skip, advantage, into)
+    for queue in queues:
+        if queue is request.queue:
             continue
-        _collect_subtree(request, child, lca, skip, advantage, into)
-    for queue in cohort.child_queues:
-        if queue is request.queue or is_within_nominal(queue, frs):
-            continue
-        into.extend(_from_queue(request, queue, lca, advantage))
+        stream = _stream(index, request, queue, lca, advantage)
+        if stream is not None:
+            into.append(stream)
 
 
 def _fits_in_quota(
@@ -195,21 +378,3 @@ def _fits_in_quota(
             fits = False
         remaining[fr] = max(0, amount - local_available(node, fr))
     return fits, remaining
-
-
-def _is_valid(
-    state: ClusterState, request: PreemptionRequest, candidate: _Candidate, allow_borrowing: bool
-) -> bool:
-    """Checked when reached, against usage with earlier targets already removed."""
-    queue_name = candidate.record.admission.cluster_queue
-    if queue_name == request.queue.name:
-        return True
-    if allow_borrowing and candidate.variant is _Variant.RECLAIM_WITHOUT_BORROWING:
-        return False
-    frs = request.needs_preemption
-    node: ResourceNode | None = state.queues[queue_name]
-    while node is not None and node is not candidate.lca:
-        if is_within_nominal(node, frs):
-            return False
-        node = node.parent
-    return True

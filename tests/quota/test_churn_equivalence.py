@@ -1,0 +1,209 @@
+"""The fast preemption search decides exactly what the plain one does.
+
+:mod:`quota.preemption.classical` (candidate index, lazy merge, streams dropped
+once their queue is back within nominal) against
+:mod:`quota.preemption.classical_reference` (collect and sort everything, every
+time): random quota trees (cohorts with borrowing and lending limits, every
+preemption policy incl. reclaim Any / LowerPriority and within LowerPriority /
+LowerOrNewerEqualPriority, borrowWithinCohort thresholds, fair sharing on and
+off), random streams of additions, cycles and completions. Each
+cycle's decisions must be identical: who is admitted where with what usage, who
+is preempted by whom and why, every pending reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quota.engine import QuotaEngine
+from quota.model import (
+    ClusterQueueSpec,
+    CohortSpec,
+    FlavorFungibility,
+    FlavorQuotas,
+    PreemptionPolicy,
+    QuotaConfig,
+    ReclaimWithinCohort,
+    ResourceGroup,
+    ResourceQuota,
+    WithinClusterQueue,
+    Workload,
+)
+from quota.scheduler import CycleResult
+from tests.quota.test_properties import (
+    BASE,
+    BORROW,
+    STRATEGIES,
+    THRESHOLDS,
+    WHEN_BORROW,
+    WHEN_PREEMPT,
+    Op,
+    TickClock,
+    between,
+    quota_configs,
+    workload_list,
+)
+
+# Policies that preempt, drawn more often than "Never" so most examples evict.
+WITHIN = st.sampled_from(
+    [
+        WithinClusterQueue.LOWER_PRIORITY,
+        WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY,
+        WithinClusterQueue.NEVER,
+    ]
+)
+RECLAIM = st.sampled_from(
+    [ReclaimWithinCohort.ANY, ReclaimWithinCohort.LOWER_PRIORITY, ReclaimWithinCohort.NEVER]
+)
+
+
+QUOTAS = st.sampled_from([0, 1000, 1000, 2000, 2000, 3000, 4000])
+CHURN_LIMITS = st.none() | st.sampled_from([0, 1000, 2000])
+
+
+def tight_config(draw: st.DrawFn) -> QuotaConfig:
+    """A contended tree: 2-6 queues under one or two cohorts (the second nested in
+    the first half the time), 1-2 flavors of one or two resources, small nominal
+    quotas with borrowing and lending limits, every preemption policy."""
+    flavors = [f"f{i}" for i in range(between(draw, 1, 2))]
+    resources = [f"r{i}" for i in range(between(draw, 1, 2))]
+    cohorts = [CohortSpec(name="c0")]
+    if draw(st.booleans()):
+        parent = "c0" if draw(st.booleans()) else None
+        cohorts.append(CohortSpec(name="c1", parent=parent))
+    queues = []
+    for i in range(between(draw, 2, 6)):
+        chosen = flavors if len(flavors) == 1 or draw(st.booleans()) else flavors[::-1]
+        group = ResourceGroup(
+            resources=tuple(resources),
+            flavors=tuple(
+                FlavorQuotas(
+                    name=flavor,
+                    quotas={
+                        r: ResourceQuota(
+                            nominal=(nominal := draw(QUOTAS)),
+                            borrowing_limit=draw(CHURN_LIMITS),
+                            lending_limit=None if draw(st.booleans()) else nominal // 2,
+                        )
+                        for r in resources
+                    },
+                )
+                for flavor in chosen
+            ),
+        )
+        queues.append(
+            ClusterQueueSpec(
+                name=f"q{i}",
+                cohort=cohorts[between(draw, 0, len(cohorts) - 1)].name,
+                resource_groups=(group,),
+                queueing_strategy=draw(STRATEGIES),
+                preemption=PreemptionPolicy(
+                    within_cluster_queue=draw(WITHIN),
+                    reclaim_within_cohort=draw(RECLAIM),
+                    borrow_within_cohort=draw(BORROW),
+                    max_priority_threshold=draw(THRESHOLDS),
+                ),
+                flavor_fungibility=FlavorFungibility(
+                    when_can_borrow=draw(WHEN_BORROW), when_can_preempt=draw(WHEN_PREEMPT)
+                ),
+            )
+        )
+    return QuotaConfig(
+        flavors=tuple(flavors),
+        cohorts=tuple(cohorts),
+        cluster_queues=tuple(queues),
+        # The fair-sharing search is the same on both paths: most examples go classical.
+        fair_sharing=between(draw, 0, 3) == 0,
+    )
+
+
+@st.composite
+def churn(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
+    config = tight_config(draw) if draw(st.integers(0, 3)) else draw(quota_configs())
+    workloads = workload_list(draw, config, max_size=30)
+    ops: list[Op] = []
+    for i, workload in enumerate(workloads):
+        # Late arrivals of higher priority are what makes preemption happen.
+        if i >= len(workloads) // 2 and draw(st.booleans()):
+            workload = Workload(
+                name=workload.name,
+                cluster_queue=workload.cluster_queue,
+                pod_sets=workload.pod_sets,
+                priority=min(2, workload.priority + between(draw, 0, 2)),
+                created=workload.created,
+            )
+        ops.append(("add", workload))
+        for _ in range(between(draw, 0, 2)):
+            kind = between(draw, 0, 3)
+            if kind in (0, 1):
+                ops.append(("cycles", between(draw, 1, 3)))
+            else:
+                ops.append(("finish", between(draw, 0, len(workloads) - 1)))
+    ops.append(("settle",))
+    return config, ops
+
+
+def decisions(result: CycleResult) -> dict[str, Any]:
+    return {
+        "heads": result.heads,
+        "admitted": [
+            (r.name, r.admission, r.usage, r.admitted_at) for r in result.admitted_records
+        ],
+        "preempted": [r.name for r in result.preempted_records],
+        "preemptions": result.preemptions,
+        "reasons": result.reasons,
+    }
+
+
+def play(config: QuotaConfig, ops: list[Op], reference: bool) -> list[Any]:
+    engine = QuotaEngine(config, clock=TickClock(), reference_preemption=reference)
+    log: list[Any] = []
+    names: list[str] = []
+    for op in ops:
+        if op[0] == "add":
+            engine.add(op[1])
+            names.append(op[1].name)
+        elif op[0] == "cycles":
+            log.extend(decisions(r) for r in engine.cycles(op[1]))
+        elif op[0] == "settle":
+            log.extend(decisions(r) for r in engine.cycles(200))
+        elif op[1] < len(names) and names[op[1]] in engine.admitted:
+            engine.finish(names[op[1]])
+            log.append(("finished", names[op[1]]))
+    log.append(("admitted", sorted(engine.admitted)))
+    log.append(("pending", sorted(w.name for w in engine.pending())))
+    return log
+
+
+@settings(BASE, max_examples=300)
+@given(churn())
+def test_fast_preemption_decides_as_the_reference(case: tuple[QuotaConfig, list[Op]]) -> None:
+    config, ops = case
+    fast, reference = play(config, ops, False), play(config, ops, True)
+    for i, (got, want) in enumerate(zip(fast, reference, strict=True)):
+        assert got == want, f"step {i} differs"
+
+
+def test_the_benchmark_churn_decides_as_the_reference() -> None:
+    """bench/admission.py --preemption at a small size (reclaim Any, within
+    LowerPriority, two flavors, a two-level tree): hundreds of evictions, and the
+    same decisions in every cycle."""
+    import random
+
+    from bench.admission import build_config, build_workloads
+
+    config = build_config(20, preemption=True)
+    workloads = build_workloads(600, 20, random.Random(3))
+    logs = []
+    for reference in (False, True):
+        engine = QuotaEngine(config, clock=TickClock(), reference_preemption=reference)
+        for workload in workloads:
+            engine.add(workload)
+        logs.append([decisions(r) for r in engine.cycles(150)])
+    fast, slow = logs
+    assert sum(len(c["preempted"]) for c in slow) > 50
+    for i, (got, want) in enumerate(zip(fast, slow, strict=True)):
+        assert got == want, f"cycle {i + 1} differs"
