@@ -64,20 +64,34 @@ class PendingQueue:
     # Equivalence classes known not to fit since quota was last released here.
     blocked: set[Hashable] = field(default_factory=set)
     by_class: dict[Hashable, dict[str, Workload]] = field(default_factory=dict)
+    # The equivalence key of each workload waiting here: a set-aside workload is pushed
+    # again every time quota is released in its cohort, and its key is not cheap.
+    keys: dict[str, tuple[Workload, Hashable]] = field(default_factory=dict)
+
+    def _key(self, workload: Workload) -> Hashable:
+        known = self.keys.get(workload.name)
+        if known is not None and known[0] is workload:
+            return known[1]
+        key = equivalence_key(workload)
+        self.keys[workload.name] = (workload, key)
+        return key
 
     def push(self, workload: Workload) -> None:
         self.inadmissible.pop(workload.name, None)
-        key = equivalence_key(workload)
+        key = self._key(workload)
         if key in self.blocked:
             self.inadmissible[workload.name] = workload
             return
+        self._activate(workload, key)
+        heapq.heappush(self.heap, (queue_key(workload), next(self.pushes), workload))
+
+    def _activate(self, workload: Workload, key: Hashable) -> None:
         self.active[workload.name] = workload
         self.by_class.setdefault(key, {})[workload.name] = workload
-        heapq.heappush(self.heap, (queue_key(workload), next(self.pushes), workload))
 
     def _deactivate(self, workload: Workload) -> None:
         del self.active[workload.name]
-        members = self.by_class.get(equivalence_key(workload))
+        members = self.by_class.get(self._key(workload))
         if members is not None:
             members.pop(workload.name, None)
 
@@ -86,15 +100,19 @@ class PendingQueue:
         sticky, self.sticky = self.sticky, None
         if sticky is not None and sticky in self.active:
             workload = self.active[sticky]
-            self._deactivate(workload)
+            self._take(workload)
             return workload
         while self.heap:
             _, _, workload = heapq.heappop(self.heap)
             # Entries of deleted or re-pushed workloads stay in the heap; skip them.
             if self.active.get(workload.name) is workload:
-                self._deactivate(workload)
+                self._take(workload)
                 return workload
         return None
+
+    def _take(self, workload: Workload) -> None:
+        self._deactivate(workload)
+        del self.keys[workload.name]
 
     def set_aside(self, workload: Workload, *, with_equivalents: bool) -> list[str]:
         """Set a head aside; with ``with_equivalents`` also every pending workload that
@@ -102,7 +120,7 @@ class PendingQueue:
         self.inadmissible[workload.name] = workload
         if not with_equivalents or not self.equivalence:
             return []
-        key = equivalence_key(workload)
+        key = self._key(workload)
         self.blocked.add(key)
         moved = list(self.by_class.pop(key, {}).values())
         for other in moved:
@@ -114,16 +132,45 @@ class PendingQueue:
         self.blocked.clear()
         if not self.inadmissible:
             return False
-        for workload in list(self.inadmissible.values()):
-            self.push(workload)
+        # As many pushes, in the same order (so the same push numbers break the same
+        # ties), but the heap rebuilt once when they are many: quota released in a busy
+        # cohort brings back thousands of set-aside workloads at a time.
+        returning, self.inadmissible = self.inadmissible, {}
+        entries = []
+        for workload in returning.values():
+            self._activate(workload, self._key(workload))
+            entries.append((queue_key(workload), next(self.pushes), workload))
+        if len(entries) * 4 < len(self.heap):
+            for entry in entries:
+                heapq.heappush(self.heap, entry)
+        else:
+            self.heap.extend(entries)
+            self._compact()
         return True
+
+    def _compact(self) -> None:
+        """The heap without the entries ``pop`` would skip, each waiting workload's
+        first entry kept (its others share its order and would be skipped too)."""
+        live: dict[str, tuple[QueueKey, int, Workload]] = {}
+        for entry in self.heap:
+            workload = entry[2]
+            if self.active.get(workload.name) is workload:
+                first = live.get(workload.name)
+                if first is None or entry[1] < first[1]:
+                    live[workload.name] = entry
+        self.heap = list(live.values())
+        heapq.heapify(self.heap)
 
     def remove(self, name: str) -> bool:
         workload = self.active.get(name)
         if workload is not None:
-            self._deactivate(workload)
+            self._take(workload)
             return True
-        return self.inadmissible.pop(name, None) is not None
+        workload = self.inadmissible.pop(name, None)
+        if workload is None:
+            return False
+        self.keys.pop(name, None)
+        return True
 
     def workloads(self) -> Iterator[Workload]:
         yield from self.active.values()
