@@ -285,7 +285,9 @@ def test_prometheus_scrapes_every_replica() -> None:
     _wait_for("Prometheus scraping both replicas successfully", up)
     for replica in REPLICAS:
         query = f'ignara_http_requests_total{{job="ignara-gateway",replica="{replica}"}}'
-        _wait_for(f"{replica}'s request series in Prometheus", functools.partial(_prometheus, query))
+        _wait_for(
+            f"{replica}'s request series in Prometheus", functools.partial(_prometheus, query)
+        )
 
     # Exactly one replica leads admission, and Prometheus sees which.
     def one_leader() -> list[dict[str, Any]] | None:
