@@ -399,6 +399,13 @@ class LiveBoard:
             source,
         )
 
+    def keep(self) -> None:
+        """The leader's last pass still holds (nothing it read has changed since): serve
+        it as fresh rather than reading the database again."""
+        latest = self._latest
+        if latest is not None and latest.source == "leader":
+            latest.at = self._monotonic()
+
     def _fresh(self) -> _Published | None:
         latest = self._latest
         if latest is not None and self._monotonic() - latest.at <= latest.max_age:
