@@ -11,12 +11,19 @@ from urllib.parse import urlencode
 from gateway.console.api import Answer, ConsoleApi
 from gateway.console.html import definition, esc, message, pager, table, usage_bar
 
-__all__ = ["PAGE", "every_page", "live_source", "platform_dashboard"]
+__all__ = ["PAGE", "every_page", "live_source", "platform_dashboard", "queue_page"]
 
 PAGE = 50
 """Queues per page of the dashboard's tables."""
+LIST_PAGE = 500
+"""Items per call when a page needs a whole list (the API's largest page)."""
 MAX_PAGES = 200
-"""At most this many pages of one list (100,000 items at 500 a page)."""
+"""At most this many calls for one list (100,000 items at 500 a page)."""
+
+
+def queue_page(cursor: str | None) -> dict[str, str]:
+    """The query of the dashboard's page of queues after ``cursor``."""
+    return {"limit": str(PAGE), **({"cursor": cursor} if cursor else {})}
 
 
 def live_source(cursor: str | None) -> str:
@@ -114,7 +121,7 @@ def _number(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-async def every_page(api: ConsoleApi, path: str, *, limit: int = 500) -> Answer:
+async def every_page(api: ConsoleApi, path: str) -> Answer:
     """Every item of a cursor-paged list (``items``, ``next_cursor``), page after page,
     as one answer with no ``next_cursor``; the first refusal as it came. A cursor that
     does not move ends the walk rather than looping."""
@@ -122,7 +129,7 @@ async def every_page(api: ConsoleApi, path: str, *, limit: int = 500) -> Answer:
     cursor: str | None = None
     first: Answer | None = None
     for _ in range(MAX_PAGES):
-        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
+        params = {"limit": str(LIST_PAGE), **({"cursor": cursor} if cursor else {})}
         answer = await api.get(path, **params)
         if not answer.ok or not isinstance(answer.body, dict):
             return answer

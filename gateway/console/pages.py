@@ -25,7 +25,7 @@ from litestar.response import Redirect, Stream
 
 from gateway.auth import ANY_TENANT, AuthenticationError, Identity, parse_api_key
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.dashboard import PAGE, every_page, platform_dashboard
+from gateway.console.dashboard import every_page, platform_dashboard, queue_page
 from gateway.console.html import (
     bar_chart,
     definition,
@@ -368,7 +368,7 @@ class ConsoleController(Controller):
         here = "/console/dashboard"
         if session.platform_admin:
             month = datetime.now(UTC).strftime("%Y-%m")
-            page = {"limit": str(PAGE), **({"cursor": cursor} if cursor else {})}
+            page = queue_page(cursor)
             # The totals and one page of queues, never the whole config: a dashboard
             # of a thousand queues answers as fast as one of ten.
             summary, live, usage = await asyncio.gather(
@@ -399,8 +399,7 @@ class ConsoleController(Controller):
             return _html(message("error", "Signed out."), 401)
         api = self._api(request, session)
         if session.platform_admin:
-            page = {"limit": str(PAGE), **({"cursor": cursor} if cursor else {})}
-            answer = await api.get("/api/v1/admin/queues", **page)
+            answer = await api.get("/api/v1/admin/queues", **queue_page(cursor))
         else:
             answer = await api.get("/api/v1/admin/queues")
         return _html(_live(answer, quiet=not session.platform_admin))
