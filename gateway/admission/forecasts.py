@@ -46,7 +46,7 @@ class ForecastPass:
         self._last = self._monotonic()
         snapshot = await read_snapshot(self.database, charged=self.charged)
         closed = frozenset(r.id for r in snapshot.closed())
-        engine, _ = snapshot.engine(skip=closed)
+        engine, _ = await snapshot.build_engine(skip=closed)
         if not any(True for _ in engine.pending()):
             return {}
         # Seconds of CPU with a thousand pending: off the event loop, which keeps

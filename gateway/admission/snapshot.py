@@ -8,6 +8,7 @@ budgets this period (from the chargeback ledger, so a restart forgets nothing).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,12 @@ from tenants.services import HOLDING_STATES, load_quota_config
 from tenants.services.tenants import open_queues
 from tenants.services.workloads import admission_from_row, workload_from_row
 
-__all__ = ["ChargedLoader", "Snapshot", "aware", "read_snapshot"]
+__all__ = ["CHUNK", "ChargedLoader", "Snapshot", "aware", "read_snapshot"]
+
+CHUNK = 500
+"""Rows read, or added to an engine, between two turns of the event loop: with a
+hundred thousand live workloads a pass is seconds of work, and requests are served
+between its slices (each a few tens of milliseconds) instead of after all of it."""
 
 # (session, period start, period end) -> (queue, flavor, budget resource) -> hours
 ChargedLoader = Callable[
@@ -65,12 +71,37 @@ class Snapshot:
     ) -> tuple[QuotaEngine, set[str]]:
         """A fresh engine holding this picture (but the rows in ``skip``); returns it
         and the ids of the workloads that hold quota."""
+        engine = self._empty(clock)
+        holding: set[str] = set()
+        self._add(engine, self.rows, skip, holding)
+        return engine, holding
+
+    async def build_engine(
+        self, *, clock: Callable[[], float] = time.time, skip: frozenset[str] = frozenset()
+    ) -> tuple[QuotaEngine, set[str]]:
+        """:meth:`engine`, yielding to the event loop every :data:`CHUNK` rows."""
+        engine = self._empty(clock)
+        holding: set[str] = set()
+        for start in range(0, len(self.rows), CHUNK):
+            self._add(engine, self.rows[start : start + CHUNK], skip, holding)
+            await asyncio.sleep(0)
+        return engine, holding
+
+    def _empty(self, clock: Callable[[], float]) -> QuotaEngine:
         engine = QuotaEngine(self.config, clock=clock, now=self.now)
         for (queue, flavor, resource), hours in self.charged.items():
             if is_budget(resource) and queue in engine.state.queues:
                 engine.charge(queue, flavor, resource, Fraction(hours))
-        holding = set()
-        for row in self.rows:
+        return engine
+
+    def _add(
+        self,
+        engine: QuotaEngine,
+        rows: Sequence[WorkloadRow],
+        skip: frozenset[str],
+        holding: set[str],
+    ) -> None:
+        for row in rows:
             if row.id in skip:
                 continue
             try:
@@ -87,7 +118,6 @@ class Snapshot:
                     engine.add(workload_from_row(row))
             except WorkloadError:
                 continue  # its queue was removed; it waits, unexplained, until it returns
-        return engine, holding
 
 
 async def read_snapshot(
@@ -99,13 +129,27 @@ async def read_snapshot(
     async with database.snapshot() as session:
         config = await load_quota_config(session)
         opened = await open_queues(session)
-        rows = (
-            await session.exec(
-                select(WorkloadRow).where(col(WorkloadRow.state).in_(("pending", *HOLDING_STATES)))
-            )
-        ).all()
+        rows = await _live_rows(session)
         spent: Mapping[tuple[str, str, str], Decimal] = {}
         if charged is not None:
             period = config.budget_period
             spent = await charged(session, period_start(period, moment), period_end(period, moment))
     return Snapshot(config, opened, rows, moment, spent)
+
+
+async def _live_rows(session: AsyncSession) -> list[WorkloadRow]:
+    """Every pending and quota-holding row, :data:`CHUNK` at a time by id (all in the
+    session's one transaction), the event loop's turn between chunks."""
+    rows: list[WorkloadRow] = []
+    after: str | None = None
+    live = col(WorkloadRow.state).in_(("pending", *HOLDING_STATES))
+    while True:
+        statement = select(WorkloadRow).where(live).order_by(col(WorkloadRow.id)).limit(CHUNK)
+        if after is not None:
+            statement = statement.where(col(WorkloadRow.id) > after)
+        chunk = (await session.exec(statement)).all()
+        rows.extend(chunk)
+        if len(chunk) < CHUNK:
+            return rows
+        after = chunk[-1].id
+        await asyncio.sleep(0)

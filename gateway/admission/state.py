@@ -444,7 +444,7 @@ class LiveBoard:
     async def _read(self) -> None:
         snapshot = await read_snapshot(self.database, charged=self.charged)
         closed = snapshot.closed()
-        engine, _ = snapshot.engine(skip=frozenset(row.id for row in closed))
+        engine, _ = await snapshot.build_engine(skip=frozenset(row.id for row in closed))
         self.publish(
             engine,
             snapshot.by_id,
