@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -22,6 +22,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter
 
 from gateway.admin.live import LevelOut, OldestOut, QueueOut, _board, _viewer
 from gateway.admin.models import if_match_version
+from gateway.admission.changes import read_marker
 from gateway.admission.snapshot import Snapshot, read_snapshot
 from gateway.auth import Identity
 from gateway.authorization import authorize
@@ -120,7 +121,7 @@ class QueueController(Controller):
             raise ApiError(
                 422, "invalid_request", "name: differs from the path's; rename is not supported"
             )
-        snapshot = await read_snapshot(services.database, charged=services.charged_loader)
+        snapshot = await _snapshot(services)
         async with services.database.snapshot() as session:
             current = await get_object(session, "cluster_queue", name)
             stored = await export_config(session)
@@ -133,6 +134,17 @@ class QueueController(Controller):
             )
         changed = _replaced(stored, name, data)
         return await asyncio.to_thread(preview_change, snapshot, changed, name, current.version)
+
+
+async def _snapshot(services: Services) -> Snapshot:
+    """The admission leader's last snapshot when nothing in it has changed since (this
+    process leads: no rows to read), else one read now. Either way taken as of now, so
+    budgets count time up to this moment."""
+    if services.live is not None:
+        kept = services.live.snapshot_as_of(await read_marker(services.database))
+        if kept is not None:
+            return dataclasses.replace(kept, now=datetime.now(UTC))
+    return await read_snapshot(services.database, charged=services.charged_loader)
 
 
 def _replaced(stored: dict[str, Any], name: str, spec: dict[str, Any]) -> QuotaConfig:

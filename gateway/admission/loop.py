@@ -21,7 +21,7 @@ from sqlalchemy import Table, bindparam, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from gateway.admission.snapshot import CHUNK, ChargedLoader, aware, read_snapshot
+from gateway.admission.snapshot import CHUNK, ChargedLoader, Snapshot, aware, read_snapshot
 from gateway.admission.state import LiveBoard
 from gateway.observability import Observability
 from quota import Preemption
@@ -69,6 +69,7 @@ class AdmissionLoop:
         self.charged = charged
         self.board = board  # told the state after each pass that commits
         self.observe = observe or Observability()
+        self.last_snapshot: Snapshot | None = None  # what the last committed pass read
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
@@ -104,6 +105,7 @@ class AdmissionLoop:
             await _explain(session, reasons)
             for row in closed:
                 await _closed(session, row)
+        self.last_snapshot = snapshot
         if self.board is not None:
             self.board.publish(
                 engine, by_id, as_of=snapshot.now, opened=snapshot.opened, closed=closed

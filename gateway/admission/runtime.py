@@ -81,6 +81,8 @@ class AdmissionRuntime:
                 with self.observe.span("admission.pass"):
                     await self.loop.run_pass()
                 self._passed = (marker, now)
+                if self.board is not None and self.loop.last_snapshot is not None:
+                    self.board.remember(self.loop.last_snapshot, marker)
             except StaleDecisionError as err:
                 log.info("admission pass rolled back, retrying next round: %s", err)
             if metrics is not None:

@@ -21,6 +21,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from quota import QuotaConfig, QuotaEngine, WorkloadError
 from quota.budgets import is_budget
+from quota.model import Admission, Workload
 from quota.periods import period_end, period_start
 from tenants import Database
 from tenants.models import WorkloadRow
@@ -53,6 +54,9 @@ class Snapshot:
     rows: Sequence[WorkloadRow]
     now: datetime
     charged: Mapping[tuple[str, str, str], Decimal] = field(default_factory=dict)
+    # id -> the engine's view of the row, parsed once however many engines are built
+    # from this snapshot (a preview builds two); shared by its dataclasses.replace copies.
+    parsed: dict[str, tuple[Workload, Admission | None]] = field(default_factory=dict)
 
     @property
     def by_id(self) -> dict[str, WorkloadRow]:
@@ -87,6 +91,13 @@ class Snapshot:
             await asyncio.sleep(0)
         return engine, holding
 
+    def _parse(self, row: WorkloadRow, *, admitted: bool) -> tuple[Workload, Admission | None]:
+        known = self.parsed.get(row.id)
+        if known is None:
+            admission = admission_from_row(row) if admitted else None
+            known = self.parsed[row.id] = (workload_from_row(row), admission)
+        return known
+
     def _empty(self, clock: Callable[[], float]) -> QuotaEngine:
         engine = QuotaEngine(self.config, clock=clock, now=self.now)
         for (queue, flavor, resource), hours in self.charged.items():
@@ -107,15 +118,14 @@ class Snapshot:
             try:
                 if row.state in HOLDING_STATES and row.admission is not None:
                     began = aware(row.admitted_at or row.created_at)
+                    workload, admission = self._parse(row, admitted=True)
+                    assert admission is not None
                     engine.add_admitted(
-                        workload_from_row(row),
-                        admission_from_row(row),
-                        admitted_at=began.timestamp(),
-                        started=began,
+                        workload, admission, admitted_at=began.timestamp(), started=began
                     )
                     holding.add(row.id)
                 elif row.state == "pending" and not row.cancel_requested:
-                    engine.add(workload_from_row(row))
+                    engine.add(self._parse(row, admitted=False)[0])
             except WorkloadError:
                 continue  # its queue was removed; it waits, unexplained, until it returns
 

@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
-from gateway.admission.snapshot import ChargedLoader, aware, read_snapshot
+from gateway.admission.snapshot import ChargedLoader, Snapshot, aware, read_snapshot
 from quota import QuotaEngine
 from quota.budgets import is_budget, to_hours
 from quota.cache import ClusterQueueNode, CohortNode
@@ -377,6 +378,20 @@ class LiveBoard:
         self._monotonic = monotonic
         self._latest: _Published | None = None
         self._reading = asyncio.Lock()
+        self._snapshot: tuple[Snapshot, Any] | None = None
+
+    def remember(self, snapshot: Snapshot, marker: Any) -> None:
+        """The snapshot the leader's last committed pass decided on, and the marker
+        (:func:`gateway.admission.changes.read_marker`) read before it."""
+        self._snapshot = (snapshot, marker)
+
+    def snapshot_as_of(self, marker: Any) -> Snapshot | None:
+        """The leader's last snapshot if nothing it holds has changed since (``marker``
+        read now equals the one it was read under), else ``None``: a preview decides on
+        it instead of reading a hundred thousand rows again."""
+        if self._snapshot is not None and self._snapshot[1] == marker:
+            return self._snapshot[0]
+        return None
 
     def publish(
         self,
