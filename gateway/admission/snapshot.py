@@ -57,6 +57,8 @@ class Snapshot:
     # id -> the engine's view of the row, parsed once however many engines are built
     # from this snapshot (a preview builds two); shared by its dataclasses.replace copies.
     parsed: dict[str, tuple[Workload, Admission | None]] = field(default_factory=dict)
+    # The ids holding quota in the last engine built from it (with its ``skip``).
+    held: frozenset[str] | None = None
 
     @property
     def by_id(self) -> dict[str, WorkloadRow]:
@@ -78,6 +80,7 @@ class Snapshot:
         engine = self._empty(clock)
         holding: set[str] = set()
         self._add(engine, self.rows, skip, holding)
+        self.held = frozenset(holding)
         return engine, holding
 
     async def build_engine(
@@ -89,6 +92,7 @@ class Snapshot:
         for start in range(0, len(self.rows), CHUNK):
             self._add(engine, self.rows[start : start + CHUNK], skip, holding)
             await asyncio.sleep(0)
+        self.held = frozenset(holding)
         return engine, holding
 
     def _parse(self, row: WorkloadRow, *, admitted: bool) -> tuple[Workload, Admission | None]:

@@ -56,10 +56,15 @@ async def test_the_leaders_snapshot_serves_while_nothing_changed(
         changed = _replaced(stored, "team-a", spec)
         fresh = await read_snapshot(database)
         now = datetime.now(UTC)
-        reused = preview_change(dataclasses.replace(kept, now=now), changed, "team-a", 1)
+        # settled: the unchanged pass is known to do nothing, and is not run again
+        reused = preview_change(
+            dataclasses.replace(kept, now=now), changed, "team-a", 1, settled=True
+        )
         read = preview_change(dataclasses.replace(fresh, now=now), changed, "team-a", 1)
         assert [c.id for c in reused.admitted] == [c.id for c in read.admitted] == [waits]
-        assert reused.admitted[0].because_of_change
+        assert reused.admitted[0].because_of_change and read.admitted[0].because_of_change
+        assert (reused.preempted_count, reused.still_pending) == (0, 0)
+        assert (read.preempted_count, read.still_pending) == (0, 0)
 
         await submit(database, "beta", job("new", "team-b", 1))  # a change: not reused
         assert board.snapshot_as_of(await read_marker(database)) is None
