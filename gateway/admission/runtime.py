@@ -48,7 +48,12 @@ class AdmissionRuntime:
         self.lock = LeaderLock(database)
         self.loop = AdmissionLoop(database, charged=charged, board=board, observe=self.observe)
         self.dispatcher = Dispatcher(database, backends, flavor_backends, observe=self.observe)
-        self.forecasts = ForecastPass(database, interval=estimate_interval, charged=charged)
+        # PostgreSQL (the gateway at size): the forecast runs in a process of its own;
+        # a SQLite file (one small gateway, the tests): in a thread.
+        separate = database.url.startswith("postgresql")
+        self.forecasts = ForecastPass(
+            database, interval=estimate_interval, charged=charged, separate=separate
+        )
         self._rounds = Rounds(self.round, interval=interval, name="ignara-admission")
         self._was_leading = False
         self.board = board
@@ -132,6 +137,7 @@ class AdmissionRuntime:
         """Let the round in progress finish (its transaction commits or rolls back
         whole), then give up leadership."""
         await self._rounds.stop()
+        self.forecasts.close()
         await self.lock.release()
         self._leading(False)
 
