@@ -31,7 +31,7 @@ from tenants.services.workloads import admission_from_row, workload_from_row
 
 __all__ = ["CHUNK", "ChargedLoader", "Snapshot", "aware", "read_snapshot"]
 
-CHUNK = 500
+CHUNK = 200
 """Rows read, or added to an engine, between two turns of the event loop: with a
 hundred thousand live workloads a pass is seconds of work, and requests are served
 between its slices (each a few tens of milliseconds) instead of after all of it."""
