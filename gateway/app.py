@@ -15,6 +15,7 @@ from gateway.admin import ModelController
 from gateway.admin.live import LiveController
 from gateway.admin.objects import ObjectController
 from gateway.admin.queues import QueueController
+from gateway.admin.summary import SummaryController
 from gateway.admin.workloads import AdminWorkloadController
 from gateway.auth import Identity, auth_middleware
 from gateway.console import gateway_console
@@ -156,6 +157,7 @@ def create_app(settings: Settings | None = None) -> GatewayApp:
             ModelController,
             LiveController,
             QueueController,
+            SummaryController,
             AdminWorkloadController,
             ObjectController,  # with AdminController's routes
             UsageController,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime
+from collections.abc import Collection
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -22,6 +23,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter
 
 from gateway.admin.live import LevelOut, OldestOut, QueueOut, _board, _viewer
 from gateway.admin.models import if_match_version
+from gateway.admission.changes import read_marker
 from gateway.admission.snapshot import Snapshot, read_snapshot
 from gateway.auth import Identity
 from gateway.authorization import authorize
@@ -120,7 +122,7 @@ class QueueController(Controller):
             raise ApiError(
                 422, "invalid_request", "name: differs from the path's; rename is not supported"
             )
-        snapshot = await read_snapshot(services.database, charged=services.charged_loader)
+        snapshot, settled = await _snapshot(services)
         async with services.database.snapshot() as session:
             current = await get_object(session, "cluster_queue", name)
             stored = await export_config(session)
@@ -132,7 +134,21 @@ class QueueController(Controller):
                 current.version,
             )
         changed = _replaced(stored, name, data)
-        return await asyncio.to_thread(preview_change, snapshot, changed, name, current.version)
+        return await asyncio.to_thread(
+            preview_change, snapshot, changed, name, current.version, settled=settled
+        )
+
+
+async def _snapshot(services: Services) -> tuple[Snapshot, bool]:
+    """The admission leader's last snapshot when nothing in it has changed since (this
+    process leads: no rows to read), else one read now. Either way taken as of now, so
+    budgets count time up to this moment. True: the leader's, so settled (see
+    :func:`preview_change`)."""
+    if services.live is not None:
+        kept = services.live.snapshot_as_of(await read_marker(services.database))
+        if kept is not None:
+            return dataclasses.replace(kept, now=datetime.now(UTC)), True
+    return await read_snapshot(services.database, charged=services.charged_loader), False
 
 
 def _replaced(stored: dict[str, Any], name: str, spec: dict[str, Any]) -> QuotaConfig:
@@ -146,12 +162,22 @@ def _replaced(stored: dict[str, Any], name: str, spec: dict[str, Any]) -> QuotaC
     return parse_config(stored).quota_config()
 
 
-def preview_change(snapshot: Snapshot, config: QuotaConfig, queue: str, version: int) -> PreviewOut:
+def preview_change(
+    snapshot: Snapshot, config: QuotaConfig, queue: str, version: int, *, settled: bool = False
+) -> PreviewOut:
     """Run the engine to quiet on ``snapshot`` as it is and with ``config``; name what
-    the changed pass admits and preempts, and whether the unchanged one would too."""
+    the changed pass admits and preempts, and whether the unchanged one would too.
+    ``settled``: an admission pass already ran on this very snapshot and changed nothing
+    (its admissions and preemptions would have moved the rows it was read from), so
+    the unchanged pass admits and preempts nothing and is not run again."""
     skip = frozenset(row.id for row in snapshot.closed())
-    before, holding = snapshot.engine(skip=skip)
-    before.schedule()
+    if settled and snapshot.held is not None:
+        before_admitted: Collection[str] = snapshot.held
+        holding = set(before_admitted)
+    else:
+        before, holding = snapshot.engine(skip=skip)
+        before.schedule()
+        before_admitted = before.admitted
     after, _ = dataclasses.replace(snapshot, config=config).engine(skip=skip)
     after.schedule()
     by_id = snapshot.by_id
@@ -164,14 +190,14 @@ def preview_change(snapshot: Snapshot, config: QuotaConfig, queue: str, version:
         row = by_id[name]
         return Change(row.id, row.name, row.tenant, row.queue, not also, by)
 
-    admitted_out = [change(n, also=n in before.admitted) for n in admitted[:SHOWN]]
+    admitted_out = [change(n, also=n in before_admitted) for n in admitted[:SHOWN]]
     preempted_out = []
     for n in preempted[:SHOWN]:
         why = after.preemption(n)
         preempted_out.append(
             change(
                 n,
-                also=n not in before.admitted,
+                also=n not in before_admitted,
                 by=why.preemptor if why is not None else None,
             )
         )

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta
+from multiprocessing import get_context
 
 from sqlalchemy import update
 from sqlmodel import col
@@ -31,8 +33,13 @@ class ForecastPass:
         interval: float = 5.0,
         charged: ChargedLoader | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        separate: bool = False,
     ) -> None:
         self.database = database
+        # In a process of its own (``separate``); the charged loader is then sent to
+        # it, so it must be a module's function.
+        self.separate = separate
+        self._executor: ProcessPoolExecutor | None = None
         self.interval = interval
         self.charged = charged
         self._monotonic = monotonic
@@ -44,9 +51,33 @@ class ForecastPass:
     async def run(self) -> dict[str, datetime | None]:
         """One forecast; returns the start written (or kept) per pending workload."""
         self._last = self._monotonic()
+        if self.separate:
+            # Seconds of CPU with twenty thousand pending: in a thread it holds the
+            # GIL against the event loop, which then answers requests in seconds. In a
+            # process of its own (reading and writing the database itself) it does not.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._pool(), _forecast_elsewhere, self.database.url, self.charged
+            )
+        return await self.run_here()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # spawn: a fork of a process with an event loop and threads is not safe.
+            self._executor = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+        return self._executor
+
+    def close(self) -> None:
+        """End the forecast's process, if it has one."""
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run_here(self) -> dict[str, datetime | None]:
+        """:meth:`run` in this process (the engine's forecast in a thread)."""
         snapshot = await read_snapshot(self.database, charged=self.charged)
         closed = frozenset(r.id for r in snapshot.closed())
-        engine, _ = snapshot.engine(skip=closed)
+        engine, _ = await snapshot.build_engine(skip=closed)
         if not any(True for _ in engine.pending()):
             return {}
         # Seconds of CPU with a thousand pending: off the event loop, which keeps
@@ -64,6 +95,19 @@ class ForecastPass:
                     .values(estimated_start=start, estimated_at=snapshot.now)
                 )
         return starts
+
+
+def _forecast_elsewhere(url: str, charged: ChargedLoader | None) -> dict[str, datetime | None]:
+    """A forecast in the process this runs in (the pool's), on its own connections."""
+
+    async def run() -> dict[str, datetime | None]:
+        database = Database(url)
+        try:
+            return await ForecastPass(database, charged=charged).run_here()
+        finally:
+            await database.dispose()
+
+    return asyncio.run(run())
 
 
 def _unmoved(before: datetime | None, after: datetime | None) -> bool:

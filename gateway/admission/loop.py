@@ -10,17 +10,18 @@ Each pass:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import Table, bindparam, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from gateway.admission.snapshot import ChargedLoader, aware, read_snapshot
+from gateway.admission.snapshot import CHUNK, ChargedLoader, Snapshot, aware, read_snapshot
 from gateway.admission.state import LiveBoard
 from gateway.observability import Observability
 from quota import Preemption
@@ -68,6 +69,7 @@ class AdmissionLoop:
         self.charged = charged
         self.board = board  # told the state after each pass that commits
         self.observe = observe or Observability()
+        self.last_snapshot: Snapshot | None = None  # what the last committed pass read
 
     async def run_pass(self) -> PassResult:
         """One pass; raises :class:`StaleDecisionError` (nothing written) on a race."""
@@ -76,24 +78,34 @@ class AdmissionLoop:
         # 2. Decide.
         by_id = snapshot.by_id
         closed = snapshot.closed()
-        engine, holding = snapshot.engine(
+        engine, holding = await snapshot.build_engine(
             clock=self.clock, skip=frozenset(row.id for row in closed)
         )
         engine.schedule()
         admitted = {name: r for name, r in engine.admitted.items() if name not in holding}
         preempted = holding - set(engine.admitted)
+        # What each waiting workload is told, where it changed: computed before the
+        # transaction opens, a slice at a time (twenty thousand pending is a second).
+        reasons: list[dict[str, Any]] = []
+        for i, workload in enumerate(engine.pending()):
+            if i % CHUNK == CHUNK - 1:
+                await asyncio.sleep(0)
+            if workload.name in preempted:
+                continue
+            reason = engine.reason(workload.name)
+            told = None if reason is None else _explained(by_id[workload.name], reason)
+            if told is not None:
+                reasons.append(told)
         # 3. Write.
         async with self.database.session() as session:
             for name, record in admitted.items():
                 await _admit(session, by_id[name], record)
             for name in preempted:
                 await _preempt(session, by_id[name], engine.preemption(name))
-            for workload in engine.pending():
-                reason = engine.reason(workload.name)
-                if reason is not None and workload.name not in preempted:
-                    await _explain(session, by_id[workload.name], reason)
+            await _explain(session, reasons)
             for row in closed:
                 await _closed(session, row)
+        self.last_snapshot = snapshot
         if self.board is not None:
             self.board.publish(
                 engine, by_id, as_of=snapshot.now, opened=snapshot.opened, closed=closed
@@ -225,23 +237,41 @@ async def _closed(session: AsyncSession, row: WorkloadRow) -> None:
     )
 
 
-async def _explain(session: AsyncSession, row: WorkloadRow, reason: PendingReason) -> None:
+def _explained(row: WorkloadRow, reason: PendingReason) -> dict[str, Any] | None:
+    """The values that tell ``row`` why it waits, or ``None`` when it already says so."""
     if reason.code is ReasonCode.QUEUED and row.reason_code == PREEMPTED:
-        return  # not considered since: the preemption stays the news until it is
+        return None  # not considered since: the preemption stays the news until it is
     detail = reason.detail()
+    message = reason.message[:2000]
     if (row.reason_code, row.reason_message, row.reason_detail) == (
         reason.code.value,
-        reason.message,
+        message,
         detail,
     ):
+        return None
+    return {
+        "w_id": row.id,
+        "w_version": row.version,
+        "w_code": reason.code.value,
+        "w_message": message,
+        "w_detail": detail,
+    }
+
+
+async def _explain(session: AsyncSession, reasons: list[dict[str, Any]]) -> None:
+    """Write the reasons in one statement (executed for many rows): the first pass over
+    twenty thousand pending workloads is one round trip, not twenty thousand.
+    A reason is advice, not a decision: written only while the row is unchanged."""
+    if not reasons:
         return
-    # A reason is advice, not a decision: written only while the row is unchanged.
-    await session.exec(
-        update(WorkloadRow)
-        .where(col(WorkloadRow.id) == row.id, col(WorkloadRow.version) == row.version)
+    table: Table = WorkloadRow.__table__  # type: ignore[attr-defined]
+    statement = (
+        update(table)
+        .where(table.c.id == bindparam("w_id"), table.c.version == bindparam("w_version"))
         .values(
-            reason_code=reason.code.value,
-            reason_message=reason.message[:2000],
-            reason_detail=detail,
+            reason_code=bindparam("w_code"),
+            reason_message=bindparam("w_message"),
+            reason_detail=bindparam("w_detail"),
         )
     )
+    await session.execute(statement, reasons)

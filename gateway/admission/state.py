@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
-from gateway.admission.snapshot import ChargedLoader, aware, read_snapshot
+from gateway.admission.snapshot import ChargedLoader, Snapshot, aware, read_snapshot
 from quota import QuotaEngine
 from quota.budgets import is_budget, to_hours
 from quota.cache import ClusterQueueNode, CohortNode
@@ -377,6 +378,20 @@ class LiveBoard:
         self._monotonic = monotonic
         self._latest: _Published | None = None
         self._reading = asyncio.Lock()
+        self._snapshot: tuple[Snapshot, Any] | None = None
+
+    def remember(self, snapshot: Snapshot, marker: Any) -> None:
+        """The snapshot the leader's last committed pass decided on, and the marker
+        (:func:`gateway.admission.changes.read_marker`) read before it."""
+        self._snapshot = (snapshot, marker)
+
+    def snapshot_as_of(self, marker: Any) -> Snapshot | None:
+        """The leader's last snapshot if nothing it holds has changed since (``marker``
+        read now equals the one it was read under), else ``None``: a preview decides on
+        it instead of reading a hundred thousand rows again."""
+        if self._snapshot is not None and self._snapshot[1] == marker:
+            return self._snapshot[0]
+        return None
 
     def publish(
         self,
@@ -398,6 +413,13 @@ class LiveBoard:
             ),
             source,
         )
+
+    def keep(self) -> None:
+        """The leader's last pass still holds (nothing it read has changed since): serve
+        it as fresh rather than reading the database again."""
+        latest = self._latest
+        if latest is not None and latest.source == "leader":
+            latest.at = self._monotonic()
 
     def _fresh(self) -> _Published | None:
         latest = self._latest
@@ -437,7 +459,7 @@ class LiveBoard:
     async def _read(self) -> None:
         snapshot = await read_snapshot(self.database, charged=self.charged)
         closed = snapshot.closed()
-        engine, _ = snapshot.engine(skip=frozenset(row.id for row in closed))
+        engine, _ = await snapshot.build_engine(skip=frozenset(row.id for row in closed))
         self.publish(
             engine,
             snapshot.by_id,

@@ -231,3 +231,70 @@ async def test_stopping_lets_the_pass_in_progress_end_and_gives_its_connection_b
     await asyncio.wait_for(in_session.wait(), timeout=10)
     await runtime.stop()
     assert finished.is_set() and checked_out == 0
+
+
+async def test_an_idle_leader_skips_passes_until_something_changes(
+    database: Database, tmp_path: Path
+) -> None:
+    """A pass runs when what it reads changed (a workload, the config), or when the
+    last one is older than ``idle_pass_interval``; otherwise it is skipped."""
+    async with database.session() as session:
+        await apply_config(session, parse_config(CONFIG), actor="test")
+    backend = LocalBackend(tmp_path / "jobs", grace_seconds=1.0)
+    clock = [1000.0]
+    runtime = AdmissionRuntime(
+        database,
+        {"local": backend},
+        interval=0.05,
+        idle_pass_interval=30.0,
+        monotonic=lambda: clock[0],
+    )
+    passes = []
+    real = runtime.loop.run_pass
+
+    async def counted() -> Any:
+        passes.append(clock[0])
+        return await real()
+
+    runtime.loop.run_pass = counted  # type: ignore[method-assign]
+    try:
+        assert await runtime.step()
+        assert await runtime.step()
+        assert (len(passes), runtime.skipped) == (1, 1)  # nothing changed: skipped
+
+        waiting = await submit(database, job("big", "pass", gpus=3))  # never fits
+        assert await runtime.step()
+        assert len(passes) == 2  # a new workload: a pass, which explains why it waits
+        assert (await row(database, waiting)).reason_code not in (None, "Pending")
+        assert await runtime.step()
+        assert len(passes) == 2  # the pass's own reason is no change
+
+        changed = {**CONFIG, "cluster_queues": [dict(CONFIG["cluster_queues"][0])]}  # type: ignore[index]
+        changed["cluster_queues"][0]["resource_groups"] = [
+            {
+                "resources": ["nvidia.com/gpu"],
+                "flavors": [{"name": "h100", "quotas": {"nvidia.com/gpu": {"nominal": 4}}}],
+            }
+        ]
+        async with database.session() as session:
+            await apply_config(session, parse_config(changed), actor="test")
+        assert await runtime.step()
+        assert len(passes) == 3  # a config change: a pass, which admits it now
+        assert (await row(database, waiting)).state in ("admitted", "running")
+
+        for _ in range(5):  # the dispatcher's changes settle
+            await runtime.step()
+        settled = len(passes)
+        await runtime.step()
+        assert len(passes) == settled
+        clock[0] += 31  # however quiet, a pass at least every idle_pass_interval
+        await runtime.step()
+        assert len(passes) == settled + 1
+    finally:
+        await runtime.stop()
+        async with database.session() as session:
+            rows = (await session.exec(select(WorkloadRow))).all()
+        for workload in rows:
+            for attempt in range(1, workload.attempt + 1):
+                await backend.cancel(f"{workload.id}-{attempt}")
+        await backend.close()

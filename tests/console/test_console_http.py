@@ -5,6 +5,7 @@ page's assets served by the gateway itself."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,17 @@ def client(settings: Settings) -> Iterator[TestClient[Any]]:
         answer = client.post("/api/v1/admin/config", json=CONFIG, headers=bearer(ADMIN_KEY))
         assert answer.status_code == 201, answer.text
         yield client
+
+
+def live_dashboard(client: TestClient[Any], queue: str, wait: float = 10.0) -> Any:
+    """The dashboard once it shows ``queue``: its queues are the admission leader's
+    live state, which takes in a config change at its next round (half a second)."""
+    deadline = time.monotonic() + wait
+    while True:
+        page = client.get("/console/dashboard")
+        if f"/console/queues/{queue}" in page.text or time.monotonic() > deadline:
+            return page
+        time.sleep(0.1)
 
 
 def csrf_of(page: str) -> str:
@@ -50,7 +62,7 @@ def test_the_admin_signs_in_with_a_strict_cookie_and_signs_out(client: TestClien
         "HttpOnly" in cookie and "samesite=strict" in cookie.lower() and "Path=/console" in cookie
     )
     assert ADMIN_KEY not in cookie  # the key stays on the server
-    dashboard = client.get("/console/dashboard")
+    dashboard = live_dashboard(client, "team-a")
     assert dashboard.status_code == 200
     assert "platform admin" in dashboard.text and "research-vision" not in ADMIN_KEY
     assert 'data-testid="quotas"' in dashboard.text and "team-a" in dashboard.text
