@@ -9,7 +9,7 @@ summary it was computed from). Platform admins only: it totals every tenant's qu
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -22,6 +22,7 @@ from gateway.auth import Identity
 from gateway.authorization import authorize
 from gateway.openapi import errors
 from gateway.services import Services
+from tenants.services.usage import tenant_tokens_since
 
 __all__ = ["PlatformSummary", "SummaryController", "summarize_platform"]
 
@@ -49,6 +50,11 @@ class QueueCount(msgspec.Struct):
     pending: int
 
 
+class TenantTokens(msgspec.Struct):
+    tenant: str
+    tokens: int
+
+
 class PlatformSummary(msgspec.Struct):
     as_of: datetime
     source: str  # "leader" (the last admission pass) or "snapshot" (read from the database)
@@ -62,6 +68,10 @@ class PlatformSummary(msgspec.Struct):
     resources: list[ResourceTotal]
     most_pending: list[QueueCount]  # the queues with most waiting (up to TOP)
     most_admitted: list[QueueCount]  # the queues with most admitted (up to TOP)
+    # Inference in the last minute (the usage records, not the leader's pass): tokens
+    # over every tenant, and the tenants that used most (up to TOP).
+    tokens_last_minute: int = 0
+    top_tenants_last_minute: list[TenantTokens] = msgspec.field(default_factory=list)
 
 
 _last: list[tuple[LiveSummary, PlatformSummary]] = []  # the latest state's, alone
@@ -135,6 +145,15 @@ class SummaryController(Controller):
     ) -> PlatformSummary:
         """Totals over every queue and cohort, per flavor and resource (capacity, usage,
         borrowed), the admitted and pending counts, and the queues with most waiting and
-        most admitted: the live state of ``/queues``, added up (platform admins only)."""
+        most admitted: the live state of ``/queues``, added up; and the tokens of the
+        last minute's inference calls, in all and per tenant (platform admins only)."""
         await authorize(services.policy, request.user, "admin.live.read")
-        return summarize_platform(await _board(services).current())
+        totals = summarize_platform(await _board(services).current())
+        since = datetime.now(UTC) - timedelta(minutes=1)
+        async with services.database.snapshot() as session:
+            spent = await tenant_tokens_since(session, since)
+        return msgspec.structs.replace(
+            totals,
+            tokens_last_minute=sum(tokens for _, tokens in spent),
+            top_tenants_last_minute=[TenantTokens(t, n) for t, n in spent[:TOP]],
+        )

@@ -274,4 +274,6 @@ async def _explain(session: AsyncSession, reasons: list[dict[str, Any]]) -> None
             reason_detail=bindparam("w_detail"),
         )
     )
-    await session.execute(statement, reasons)
+    # On the session's connection, as the usage records' batch insert: an executemany,
+    # without SQLModel's session.execute() (meant for ORM reads, and deprecated there).
+    await (await session.connection()).execute(statement, reasons)

@@ -47,7 +47,20 @@ def platform_dashboard(
             ("flavors", esc(body.get("flavors", ""))),
             ("admitted", f'<span data-testid="admitted-count">{esc(body.get("admitted"))}</span>'),
             ("pending", f'<span data-testid="pending-count">{esc(body.get("pending"))}</span>'),
+            (
+                "tokens, last minute",
+                f'<span data-testid="tokens-per-minute">{esc(body.get("tokens_last_minute"))}'
+                "</span>",
+            ),
         ]
+    )
+    top_tenants = table(
+        ["tenant", "tokens, last minute"],
+        [
+            (esc(t.get("tenant", "")), esc(t.get("tokens", "")))
+            for t in _dicts(body.get("top_tenants_last_minute"))
+        ],
+        test_id="top-tenants",
     )
     totals = table(
         ["flavor", "resource", "usage / capacity", "borrowed", "queues"],
@@ -104,6 +117,7 @@ def platform_dashboard(
         f'{problem}<section class="cards">{cards}</section>'
         f"<h2>Every queue, per flavor and resource</h2>{totals}"
         f"<h2>Most waiting</h2>{busiest}"
+        f"<h2>Busiest tenants, last minute</h2>{top_tenants}"
         f'<h2>Live usage <span class="muted">({shown}, {PAGE} a page)</span></h2>'
         f'<div id="live" data-source="{esc(live_source(cursor))}">{live_html}</div>'
         f"<h2>Quota per queue, flavor and resource</h2>{quota}{first}{more}"

@@ -219,6 +219,17 @@ async def recent_spend(session: AsyncSession, since: datetime) -> list[RecentQue
     ]
 
 
+async def tenant_tokens_since(session: AsyncSession, since: datetime) -> list[tuple[str, int]]:
+    """Tokens per tenant in the calls recorded since ``since``, most first (ties by
+    name); tenants that used none are left out."""
+    created, tenant = col(UsageRecordRow.created_at), col(UsageRecordRow.tenant)
+    tokens = func.sum(col(UsageRecordRow.prompt_tokens) + col(UsageRecordRow.completion_tokens))
+    columns: Select[str, int] = Select(tenant, tokens)
+    query = columns.where(created >= since).group_by(tenant)
+    spent = [(name, int(total or 0)) for name, total in (await session.exec(query)).all()]
+    return sorted((t for t in spent if t[1] > 0), key=lambda t: (-t[1], t[0]))
+
+
 @dataclass(frozen=True, slots=True)
 class KeySpend:
     key_id: str

@@ -3,6 +3,7 @@ added up (every page of ``/queues``), plus the cohorts' own quota in the capacit
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from gateway.admin.summary import summarize_platform
@@ -10,7 +11,10 @@ from gateway.admission import AdmissionLoop
 from gateway.admission.state import LiveBoard
 from gateway.settings import Settings
 from tenants import Database, parse_config
+from tenants.models import UsageRecordRow
+from tenants.models._base import utcnow
 from tenants.services import apply_config
+from tenants.services.usage import tenant_tokens_since
 from tests.admin.test_live import GPU, job, submit
 from tests.conftest import ADMIN_KEY
 from tests.support.serve import serving
@@ -145,6 +149,8 @@ async def test_the_summary_over_http_matches_every_page_of_queues(settings: Sett
                 3 if total["resource"] == GPU else 0
             )
         assert summary["most_pending"][0]["name"] == "q-6"
+        # No inference call yet.
+        assert (summary["tokens_last_minute"], summary["top_tenants_last_minute"]) == (0, [])
         # Every tenant's totals: platform admins only.
         assert (await http.get("/api/v1/admin/summary", headers=member)).status_code == 403
         assert (await http.get("/api/v1/admin/summary")).status_code == 401
@@ -154,3 +160,37 @@ async def _pause() -> None:
     import asyncio
 
     await asyncio.sleep(0.1)
+
+
+def _call(tenant: str, seconds_ago: float, prompt: int, completion: int) -> UsageRecordRow:
+    when = utcnow() - timedelta(seconds=seconds_ago)
+    return UsageRecordRow(
+        tenant=tenant,
+        principal="p",
+        queue="q",
+        model="m",
+        flavor="f",
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        status=200,
+        created_at=when,
+        day=when.date(),
+    )
+
+
+async def test_the_last_minutes_tokens_are_counted_per_tenant_busiest_first(
+    database: Database,
+) -> None:
+    async with database.session() as session:
+        session.add_all(
+            [
+                _call("alpha", 5, 100, 20),
+                _call("alpha", 50, 300, 0),
+                _call("beta", 10, 1000, 500),
+                _call("gamma", 30, 0, 0),  # a failed call: no tokens, not a busy tenant
+                _call("delta", 90, 9999, 9999),  # before the minute
+            ]
+        )
+    since = utcnow() - timedelta(minutes=1)
+    async with database.snapshot() as session:
+        assert await tenant_tokens_since(session, since) == [("beta", 1500), ("alpha", 420)]
