@@ -147,6 +147,9 @@ class SettingsPages(PlatformPages):
             session.csrf,
             f'<input type="hidden" name="version" value="{esc(version)}">'
             + "<h2>Quota</h2>"
+            + '<p class="muted">Fair sharing and the period GPU-hour budgets are granted for.'
+            ' Flavors, cohorts and queues: <a href="/console/flavors">flavors</a>,'
+            ' <a href="/console/cohorts">cohorts</a>, <a href="/console/queues">queues</a>.</p>'
             + checkbox
             + '<span class="muted">(cohorts and queues share by their weights)</span>'
             + select("budget_period", "GPU-hour budget period", PERIODS, values["budget_period"])
@@ -161,6 +164,7 @@ class SettingsPages(PlatformPages):
                 values["default_max_tokens"],
                 maxlength=20,
                 size=10,
+                placeholder="1024",
             )
             + field(
                 "max_call_tokens",
@@ -168,6 +172,7 @@ class SettingsPages(PlatformPages):
                 values["max_call_tokens"],
                 maxlength=20,
                 size=12,
+                placeholder="1000000",
             )
             + textarea("waiting", "waiting lines", str(values["waiting"]), rows=3)
             + f'<p class="muted">{esc(WAIT_HELP)}</p>',

@@ -200,6 +200,44 @@ def test_a_queue_is_created_in_a_cohort_and_a_used_one_is_not_deleted(
     taken = client.post("/console/queues/create", data={**form, **row(0, "h100", GPU, "2")})
     assert taken.status_code == 409 and 'data-testid="form-error"' in taken.text
 
+    # its settings and flavors: out of the cohort, best effort, a second resource
+    detail = client.get("/console/queues/team-c")
+    assert 'data-testid="queue-settings"' in detail.text
+    version = version_of(detail.text)
+    moved = {
+        **form,
+        "version": version,
+        "cohort": "",
+        "queueing_strategy": "BestEffortFIFO",
+        "borrow_within_cohort": "Never",
+        **row(0, "h100", GPU, "2"),
+        **row(1, "h100", "cpu", "16"),
+    }
+    del moved["name"]
+    unknown_flavor = client.post(
+        "/console/queues/team-c/settings", data={**moved, **row(1, "z9", "cpu", "16")}
+    )
+    assert unknown_flavor.status_code == 422 and "z9" in unknown_flavor.text
+    assert 'data-testid="queue-settings-box" open' in unknown_flavor.text
+    saved = client.post("/console/queues/team-c/settings", data=moved)
+    assert saved.status_code == 200 and "Saved queue team-c" in saved.text, saved.text
+    now = spec(client, "cluster-queues", "team-c")
+    assert (
+        "cohort" not in now and now.get("queueing_strategy", "BestEffortFIFO") == "BestEffortFIFO"
+    )
+    assert now["preemption"] == {
+        "within_cluster_queue": "LowerPriority",
+        "reclaim_within_cohort": "Any",
+    }
+    assert now["resource_groups"] == [
+        {
+            "resources": [GPU, "cpu"],
+            "flavors": [{"name": "h100", "quotas": {GPU: {"nominal": 2}, "cpu": {"nominal": 16}}}],
+        }
+    ]
+    again = client.post("/console/queues/team-c/settings", data=moved)
+    assert again.status_code == 412 and "someone changed this queue" in again.text
+
     # team-a is alpha's: the API's 409 names the tenant
     detail = client.get("/console/queues/team-a")
     assert 'data-testid="delete-queue"' in detail.text
