@@ -740,7 +740,8 @@ def cohort_tree(cohorts: Any, queues: Any) -> str:
         inner = "".join(cohort_node(child, seen | {name}) for child in children.get(name, []))
         inner += "".join(queue_node(q) for q in by_cohort.get(name, []))
         return (
-            f'<li class="cohort" data-testid="tree-cohort"><strong>{esc(name)}</strong>'
+            f'<li class="cohort" data-testid="tree-cohort"><strong>'
+            f'<a href="/console/cohorts/{quote(name)}">{esc(name)}</a></strong>'
             f' <span class="muted">cohort · {counts}</span>'
             f"{_levels(node.get('resources'), subtree=True)}"
             + (f'<ul class="tree">{inner}</ul>' if inner else "")
