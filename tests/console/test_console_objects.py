@@ -10,7 +10,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.admin.test_queue_preview import ADMIN, GPU, key
+from tests.admin.test_queue_preview import ADMIN, GPU, bearer, gang, key, submit, wait_for
 from tests.conftest import ADMIN_KEY
 from tests.console.test_console_http import csrf_of, sign_in
 from tests.console.test_console_pages import client, version_of
@@ -351,3 +351,28 @@ def test_every_change_here_needs_the_csrf_token(client: TestClient[Any]) -> None
     assert spec(client, "flavors", "a100") is None
     assert spec(client, "cohorts", "pool") is not None
     assert client.get(f"{API}/settings", headers=ADMIN).json()["spec"]["budget_period"] == "month"
+
+
+def test_a_queue_with_admitted_work_is_not_deleted_and_says_why(client: TestClient[Any]) -> None:
+    member = key(client, "alpha")
+    running = submit(client, member, gang("still-running", "team-a", 1, seconds=60))
+    wait_for(client, member, running, {"admitted", "running"})
+    # alpha no longer submits to team-a: what is left is the work in it
+    tenant = client.get(f"{API}/tenants/alpha", headers=ADMIN)
+    moved = client.put(
+        f"{API}/tenants/alpha",
+        json={**tenant.json()["spec"], "queues": ["team-b"]},
+        headers={**ADMIN, "If-Match": tenant.headers["etag"]},
+    )
+    assert moved.status_code == 200, moved.text
+    sign_in(client, ADMIN_KEY)
+    detail = client.get("/console/queues/team-a")
+    blocked = client.post(
+        "/console/queues/team-a/delete",
+        data={"csrf": csrf_of(detail.text), "version": version_of(detail.text)},
+    )
+    assert blocked.status_code == 409 and "Not deleted" in blocked.text
+    assert "admitted work" in blocked.text and "still-running" in blocked.text, blocked.text
+    assert spec(client, "cluster-queues", "team-a") is not None
+    cancelled = client.delete(f"/api/v1/workloads/{running}", headers=bearer(member))
+    assert cancelled.status_code < 300, cancelled.text

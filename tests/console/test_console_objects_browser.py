@@ -60,6 +60,11 @@ async def test_an_admin_creates_a_flavor_a_cohort_and_a_queue_in_it(
     await page.click("text=Create queue")
     await expect(page.get_by_test_id("saved")).to_contain_text("Queue serving created")
     await expect(page.locator("h1")).to_have_text("Queue serving")
+    await page.click("text=Cohort, queueing, preemption and flavors")
+    settings = page.get_by_test_id("queue-settings")
+    await expect(settings.locator("select#cohort")).to_have_value("inference")
+    await expect(settings.get_by_test_id("lending_limit-0")).to_have_value("1")
+    await shot(page, artifacts, "queue-new")
 
     # The live tree shows it with the admission loop's next pass.
     await until_text(page, "/console/cohorts", ">serving</a>")
