@@ -18,12 +18,14 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.backends import BackendPages
 from gateway.console.base import SignedOutError, signed_out
+from gateway.console.cohorts_flavors import CohortPages, FlavorPages
 from gateway.console.keys import KeyPages
 from gateway.console.models import ModelPages
 from gateway.console.oidc import ConsoleOidc, OidcController
 from gateway.console.pages import COOKIE, ConsoleController, ConsoleParts, check_csrf
 from gateway.console.queues import QueuePages
 from gateway.console.sessions import MemorySessionStore, SessionStore, SqlSessionStore
+from gateway.console.settings_page import SettingsPages
 from gateway.console.tenants import TenantPages
 from gateway.console.throttle import MemoryThrottle, RedisThrottle, SignInThrottle, SqlThrottle
 from gateway.console.workloads import WorkloadPages
@@ -91,6 +93,9 @@ def console_router(
             ConsoleController,
             OidcController,
             QueuePages,
+            FlavorPages,
+            CohortPages,
+            SettingsPages,
             ModelPages,
             BackendPages,
             TenantPages,

@@ -180,10 +180,15 @@ def _nav(session: Session) -> list[tuple[str, str]]:
     )
     cohorts = [("Cohorts", "/console/cohorts")] if session.platform_admin else []
     platform = (
-        [("Models", "/console/models"), ("Backends", "/console/backends")]
+        [
+            ("Flavors", "/console/flavors"),
+            ("Models", "/console/models"),
+            ("Backends", "/console/backends"),
+        ]
         if session.platform_admin
         else []
     )
+    settings = [("Settings", "/console/settings")] if session.platform_admin else []
     return [
         ("Dashboard", "/console/dashboard"),
         *cohorts,
@@ -193,6 +198,7 @@ def _nav(session: Session) -> list[tuple[str, str]]:
         ("Workloads", "/console/workloads"),
         ("Usage", "/console/usage"),
         ("Audit", "/console/audit"),
+        *settings,
         ("API", "/schema"),
     ]
 
@@ -439,7 +445,11 @@ class ConsoleController(Controller):
         )
         if not cohorts.ok:
             return await self._failed(request, session, cohorts, here)
+        # Imported here: that module's pages build on this one's helpers.
+        from gateway.console.cohorts_flavors import cohort_section
+
         body = cohort_tree(cohorts.body, queues.body if queues.ok else None)
+        body += await cohort_section(api, session)
         return _page(session, "Cohorts", body, here)
 
     @get("/audit")
@@ -730,7 +740,8 @@ def cohort_tree(cohorts: Any, queues: Any) -> str:
         inner = "".join(cohort_node(child, seen | {name}) for child in children.get(name, []))
         inner += "".join(queue_node(q) for q in by_cohort.get(name, []))
         return (
-            f'<li class="cohort" data-testid="tree-cohort"><strong>{esc(name)}</strong>'
+            f'<li class="cohort" data-testid="tree-cohort"><strong>'
+            f'<a href="/console/cohorts/{quote(name)}">{esc(name)}</a></strong>'
             f' <span class="muted">cohort · {counts}</span>'
             f"{_levels(node.get('resources'), subtree=True)}"
             + (f'<ul class="tree">{inner}</ul>' if inner else "")

@@ -18,10 +18,21 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter, QueryParameter
 
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.base import ConsolePages, FormError, page, redirect
-from gateway.console.html import definition, esc, field, filters, form, message, pager, table
+from gateway.console.base import FormError, form_text, page, redirect
+from gateway.console.html import (
+    definition,
+    esc,
+    field,
+    filters,
+    form,
+    message,
+    pager,
+    select,
+    table,
+)
 from gateway.console.html import usage_bar as bar
 from gateway.console.pages import _items, _number, _when
+from gateway.console.quota_grid import PlatformPages, every_object, grid, groups_from_form
 from gateway.console.sessions import Session
 
 __all__ = ["QueuePages", "quota_cells"]
@@ -81,7 +92,145 @@ def edited(spec: dict[str, Any], data: Any) -> dict[str, Any]:
     return changed
 
 
-class QueuePages(ConsolePages):
+STRATEGIES = ("BestEffortFIFO", "StrictFIFO")
+WITHIN_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+RECLAIM = ("Never", "LowerPriority", "Any")
+BORROW = ("Never", "LowerPriority")
+CHOICES = (
+    ("queueing_strategy", STRATEGIES),
+    ("within_cluster_queue", WITHIN_QUEUE),
+    ("reclaim_within_cohort", RECLAIM),
+    ("borrow_within_cohort", BORROW),
+)
+
+
+def queue_spec(data: Any, current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A cluster queue's spec as the form says it (no ``name``), over ``current`` (what
+    the form does not show, as flavor fungibility, stays); :class:`FormError` names the
+    field at fault (the API checks the rest)."""
+    spec = {k: v for k, v in (current or {}).items() if k != "name"}
+    spec.pop("cohort", None)
+    cohort = form_text(data, "cohort", max_length=63, required=False)
+    if cohort:
+        spec["cohort"] = cohort
+    chosen = {}
+    for name, allowed in CHOICES:
+        value = form_text(data, name, max_length=40, required=False) or allowed[0]
+        if value not in allowed:
+            raise FormError(f"{name.replace('_', ' ')}: one of {', '.join(allowed)}")
+        chosen[name] = value
+    spec["queueing_strategy"] = chosen["queueing_strategy"]
+    before: dict[str, Any] = spec.get("preemption") or {}
+    before = before if isinstance(before, dict) else {}
+    preemption: dict[str, Any] = {
+        "within_cluster_queue": chosen["within_cluster_queue"],
+        "reclaim_within_cohort": chosen["reclaim_within_cohort"],
+    }
+    if chosen["borrow_within_cohort"] != "Never":
+        kept = before.get("borrow_within_cohort")
+        same = isinstance(kept, dict) and kept.get("policy") == chosen["borrow_within_cohort"]
+        preemption["borrow_within_cohort"] = (
+            kept if same else {"policy": chosen["borrow_within_cohort"]}
+        )
+    spec["preemption"] = preemption
+    spec.pop("fair_weight", None)
+    weight = form_text(data, "fair_weight", max_length=30, required=False)
+    if weight:
+        if not QUANTITY.match(weight):
+            raise FormError(f"fair-sharing weight: {weight[:40]!r} is not a quantity")
+        spec["fair_weight"] = int(weight) if weight.isdigit() else weight
+    spec["resource_groups"] = groups_from_form(data)
+    if not spec["resource_groups"]:
+        raise FormError("quotas: give at least one flavor, resource and nominal quota")
+    return spec
+
+
+def new_queue_spec(data: Any) -> dict[str, Any]:
+    """A new cluster queue's spec as the form says it, ``name`` included."""
+    return {"name": form_text(data, "name", max_length=63), **queue_spec(data)}
+
+
+def _values_of(spec: dict[str, Any]) -> dict[str, str]:
+    """A queue's spec as its form's values."""
+    preemption: dict[str, Any] = spec.get("preemption") or {}
+    preemption = preemption if isinstance(preemption, dict) else {}
+    borrow = preemption.get("borrow_within_cohort")
+    return {
+        "cohort": str(spec.get("cohort") or ""),
+        "queueing_strategy": str(spec.get("queueing_strategy") or STRATEGIES[0]),
+        "within_cluster_queue": str(preemption.get("within_cluster_queue") or "Never"),
+        "reclaim_within_cohort": str(preemption.get("reclaim_within_cohort") or "Never"),
+        "borrow_within_cohort": str(
+            (borrow.get("policy") if isinstance(borrow, dict) else None) or "Never"
+        ),
+        "fair_weight": _number(spec.get("fair_weight")),
+    }
+
+
+def queue_fields(
+    cohorts: list[str], flavors: list[str], *, data: Any, spec: dict[str, Any] | None = None
+) -> str:
+    """The fields of a queue's form: as typed (``data``), else as ``spec`` says."""
+    values = data if data is not None else _values_of(spec or {})
+
+    def chosen(name: str, default: str) -> str:
+        value = values.get(name)
+        return value if isinstance(value, str) and value else default
+
+    labels = {
+        "queueing_strategy": "queueing",
+        "within_cluster_queue": "preempt within the queue",
+        "reclaim_within_cohort": "reclaim within the cohort",
+        "borrow_within_cohort": "preempt to borrow",
+    }
+    current = chosen("cohort", "")
+    return (
+        select(
+            "cohort",
+            "cohort",
+            ["", *cohorts, *([current] if current and current not in cohorts else [])],
+            current,
+            empty="(none)",
+        )
+        + "".join(
+            select(name, labels[name], allowed, chosen(name, allowed[0]))
+            for name, allowed in CHOICES
+        )
+        + field(
+            "fair_weight",
+            "fair-sharing weight",
+            values.get("fair_weight", ""),
+            maxlength=30,
+            size=6,
+            placeholder="1",
+            ident="queue-weight",
+        )
+        + grid(flavors, spec_groups=(spec or {}).get("resource_groups"), data=data)
+    )
+
+
+def new_queue_form(csrf: str, cohorts: list[str], flavors: list[str], data: Any) -> str:
+    values = data if data is not None else {}
+    return form(
+        "/console/queues/create",
+        csrf,
+        field(
+            "name",
+            "name",
+            values.get("name", ""),
+            required=True,
+            maxlength=63,
+            pattern=r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
+            ident="queue-name",
+        )
+        + queue_fields(cohorts, flavors, data=data),
+        button="Create queue",
+        css="editor",
+        test_id="create-queue",
+    )
+
+
+class QueuePages(PlatformPages):
     @get("/queues")
     async def queues(
         self, request: Request[Any, Any, Any], cohort: CohortFilter = None, cursor: Cursor = None
@@ -126,7 +275,157 @@ class QueuePages(ConsolePages):
             )
             + pager(here, kept, answer.body.get("next_cursor"))
         )
+        if session.platform_admin:
+            body += await self._new_queue(request, session)
         return page(session, "Queues", body, here)
+
+    async def _new_queue(
+        self, request: Request[Any, Any, Any], session: Session, *, data: Any = None
+    ) -> str:
+        api = self.api(request, session)
+        cohorts = await every_object(api, "cohorts")
+        flavors = await every_object(api, "flavors")
+        names = [
+            [str(o.get("name")) for o in _items(a.body)] if a.ok else [] for a in (cohorts, flavors)
+        ]
+        return (
+            '<h2 id="new-queue">New cluster queue</h2><div class="card">'
+            + new_queue_form(session.csrf, names[0], names[1], data)
+            + "</div>"
+        )
+
+    @post("/queues/create")
+    async def create(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        """A new cluster queue; refused, its form again as typed with the API's reason."""
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        data = await request.form()
+        try:
+            spec = new_queue_spec(data)
+        except FormError as err:
+            return await self._create_again(request, session, str(err), data, 422)
+        answer = await self.api(request, session).call(
+            "POST", "/api/v1/admin/config/cluster-queues", json=spec
+        )
+        if not answer.ok:
+            if answer.status == 401:
+                return await self.failed(request, session, answer, "/console/queues")
+            return await self._create_again(request, session, answer.error, data, answer.status)
+        return await self.done(
+            request,
+            session,
+            f"Queue {esc(spec['name'])} created.",
+            f"/console/queues/{quote(spec['name'])}",
+        )
+
+    async def _create_again(
+        self, request: Request[Any, Any, Any], session: Session, error: str, data: Any, status: int
+    ) -> Response[Any]:
+        body = (
+            message("error", esc(error), test_id="form-error")
+            + '<p class="muted"><a href="/console/queues">all queues</a></p>'
+            + await self._new_queue(request, session, data=data)
+        )
+        return page(session, "New cluster queue", body, "/console/queues", status)
+
+    async def _settings_form(
+        self,
+        request: Request[Any, Any, Any],
+        session: Session,
+        name: str,
+        spec: dict[str, Any],
+        version: object,
+        data: Any,
+    ) -> str:
+        api = self.api(request, session)
+        cohorts = await every_object(api, "cohorts")
+        flavors = await every_object(api, "flavors")
+        names = [
+            [str(o.get("name")) for o in _items(a.body)] if a.ok else [] for a in (cohorts, flavors)
+        ]
+        edit = form(
+            f"/console/queues/{quote(name)}/settings",
+            session.csrf,
+            f'<input type="hidden" name="version" value="{esc(version)}">'
+            + queue_fields(names[0], names[1], data=data, spec=spec),
+            button="Save settings",
+            css="editor",
+            test_id="queue-settings",
+        )
+        return (
+            '<details class="card" data-testid="queue-settings-box"'
+            + (" open" if data is not None else "")
+            + "><summary>Cohort, queueing, preemption and flavors</summary>"
+            '<p class="muted">Move the queue to another cohort, change how it queues and'
+            " preempts, or give it another flavor or resource (a new row); saved with the"
+            " version this page was read at.</p>" + edit + "</details>"
+        )
+
+    @post("/queues/{name:str}/settings")
+    async def settings(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
+        """The queue's cohort, queueing, preemption and flavors, saved with ``If-Match``."""
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        data = await request.form()
+        api = self.api(request, session)
+        config = await _config(api, name)
+        if not config.ok:
+            return await self.failed(request, session, config, "/console/queues")
+        version = _version_in(data)
+        try:
+            if version is None:
+                raise FormError("This form lost its version: reload.")
+            spec = queue_spec(data, config.body["spec"])
+        except FormError as err:
+            return await self._detail(
+                request, session, name, settings=data, error=str(err), status=422
+            )
+        answer = await api.call(
+            "PUT",
+            f"/api/v1/admin/config/cluster-queues/{name}",
+            json=spec,
+            headers={"If-Match": f'"{version}"'},
+        )
+        if answer.status == 412:
+            return await self._detail(request, session, name, error=_stale(answer), status=412)
+        if not answer.ok:
+            if answer.status == 401:
+                return await self.failed(request, session, answer, "/console/queues")
+            return await self._detail(
+                request, session, name, settings=data, error=answer.error, status=answer.status
+            )
+        return await self.done(
+            request, session, f"Saved queue {esc(name)}.", f"/console/queues/{quote(name)}"
+        )
+
+    @post("/queues/{name:str}/delete")
+    async def delete(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
+        """Refused with the API's reason (409) while a tenant uses it or work is in it."""
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        data = await request.form()
+        version = _version_in(data)
+        if version is None:
+            return await self._detail(
+                request, session, name, error="This form lost its version: reload.", status=422
+            )
+        answer = await self.api(request, session).call(
+            "DELETE",
+            f"/api/v1/admin/config/cluster-queues/{name}",
+            headers={"If-Match": f'"{version}"'},
+        )
+        if answer.status == 412:
+            return await self._detail(request, session, name, error=_stale(answer), status=412)
+        if not answer.ok:
+            if answer.status == 401:
+                return await self.failed(request, session, answer, "/console/queues")
+            return await self._detail(
+                request, session, name, error=f"Not deleted: {answer.error}", status=answer.status
+            )
+        return await self.done(request, session, f"Queue {esc(name)} deleted.", "/console/queues")
 
     @get("/queues/{name:str}")
     async def queue(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
@@ -214,7 +513,10 @@ class QueuePages(ConsolePages):
         preview: Any = None,
         error: str = "",
         status: int = 200,
+        settings: Any = None,
     ) -> Response[Any]:
+        """The queue's page; ``data``: its quota editor as typed, ``settings``: its
+        settings form as typed (each refused, with ``error``)."""
         here = "/console/queues"
         api = self.api(request, session)
         live = await api.get(f"/api/v1/admin/queues/{name}")
@@ -309,6 +611,16 @@ class QueuePages(ConsolePages):
             + '<p class="muted">Empty limits mean none. Preview shows what the next admission'
             " pass would admit and preempt with these numbers; nothing is saved until Save.</p>"
             + editor
+            + await self._settings_form(request, session, name, spec, version, settings)
+            + "<h2>Delete</h2>"
+            + form(
+                f"{action}/delete",
+                session.csrf,
+                f'<input type="hidden" name="version" value="{esc(version)}">',
+                button="Delete queue",
+                danger=True,
+                test_id="delete-queue",
+            )
         )
         return page(session, f"Queue {name}", shown + body, here, status)
 

@@ -111,4 +111,5 @@ def test_the_cohorts_page_draws_every_queue(client: TestClient[Any]) -> None:
     for i, name in enumerate(QUEUES):
         cohort = COHORTS[i % len(COHORTS)]
         at = page.index(f'href="/console/queues/{name}"')
-        assert page.rindex("<strong>c-", 0, at) == page.index(f"<strong>{cohort}</strong>")
+        cohort_at = page.index(f'<strong><a href="/console/cohorts/{cohort}">')
+        assert page.rindex('<strong><a href="/console/cohorts/c-', 0, at) == cohort_at

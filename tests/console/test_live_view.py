@@ -100,8 +100,12 @@ def test_the_cohort_tree_nests_cohorts_and_their_queues() -> None:
         "next_cursor": None,
     }
     page = cohort_tree(cohorts, QUEUES)
-    # org holds research, which holds team-a; the queue of no cohort stands at the root
-    org, research = (page.index(f"<strong>{n}</strong>") for n in ("org", "research"))
+    # org holds research, which holds team-a; the queue of no cohort stands at the root;
+    # a cohort links to its editor
+    org, research = (
+        page.index(f'<strong><a href="/console/cohorts/{n}">{n}</a></strong>')
+        for n in ("org", "research")
+    )
     # a queue links to its page (its quotas and their editor)
     team_a = page.index('<strong><a href="/console/queues/team-a">team-a</a></strong>')
     assert org < research < team_a
