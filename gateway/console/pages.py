@@ -619,9 +619,6 @@ def _live(answer: Answer, *, quiet: bool = False) -> str:
     if answer.status in (400, 404, 405):
         if quiet:
             return ""
-        # TODO(console): live updates from the SSE stream at /api/v1/admin/events (a
-        # console-side relay with the session's key, and a script that refreshes the
-        # rows it names), once that stream is on main.
         return message(
             "note", "Live usage appears here once this gateway serves GET /api/v1/admin/queues."
         )

@@ -105,3 +105,39 @@ async def test_an_admin_edits_a_queues_quota_previews_saves_and_the_gang_is_admi
     assert admin.violations == [], admin.violations
     assert admin.outside == [], admin.outside
     await admin.context.close()
+
+
+async def test_the_dashboard_shows_a_gang_admitted_live_without_a_reload(
+    browser: Browser, base_url: str, artifacts: Path
+) -> None:
+    """One tab watches the dashboard; another raises the queue's quota. The dashboard's
+    live table, fed by the event stream, shows the gang leave the pending count with no
+    navigation of its own."""
+    await seed(base_url)
+    admin = await watched(browser, base_url)
+    watcher = await admin.page()
+    await sign_in(watcher, ADMIN_KEY)
+    await until_text(watcher, "/console/dashboard", "/console/queues/team-a")
+    row = watcher.locator("[data-testid=live] tr").filter(
+        has=watcher.locator("a[href='/console/queues/team-a']")
+    )
+    pending = row.locator("td").nth(3)
+    await expect(pending).to_have_text("1")
+    navigations: list[str] = []
+    watcher.on(
+        "framenavigated",
+        lambda frame: navigations.append(frame.url) if frame == watcher.main_frame else None,
+    )
+
+    editor = await admin.page()  # the same session, in a second tab
+    await editor.goto("/console/queues/team-a")
+    await editor.get_by_test_id("nominal-h100-nvidia.com/gpu").fill("10")
+    await editor.click("[data-testid=quota-editor] >> text=Save")
+    await expect(editor.get_by_test_id("saved")).to_contain_text("Saved queue team-a")
+
+    await expect(pending).to_have_text("0", timeout=20_000)
+    await shot(watcher, artifacts, "dashboard-live")
+    assert navigations == [], navigations
+    assert admin.violations == [], admin.violations
+    assert admin.outside == [], admin.outside
+    await admin.context.close()
