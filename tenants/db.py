@@ -119,9 +119,14 @@ class Database:
     async def snapshot(self) -> AsyncIterator[AsyncSession]:
         """A read transaction that sees the database at one moment: a change that
         commits meanwhile is either wholly seen or not at all."""
-        self.engine  # noqa: B018 - makes the session factories
+        engine = self.engine
         assert self._snapshots is not None
         async with self._snapshots() as session, session.begin():
+            if engine.dialect.name == "sqlite":
+                # SQLite's Python driver opens a transaction only before a write, so each
+                # SELECT would see the latest commit; BEGIN makes the first read take a
+                # snapshot (WAL) that the later ones share. Committed as usual at the end.
+                await (await session.connection()).exec_driver_sql("BEGIN")
             yield session
 
     async def ping(self) -> None:

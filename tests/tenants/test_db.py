@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
@@ -20,3 +21,25 @@ async def test_a_sqlite_file_is_written_ahead_and_synced_on_commit(tmp_path: Pat
         assert (mode, sync) == ("wal", 2)
     finally:
         await db.dispose()
+
+
+async def test_a_snapshot_does_not_see_what_commits_while_it_reads(database: Database) -> None:
+    """Two reads of one snapshot agree, whatever another session commits in between
+    (on SQLite too, whose driver opens no transaction for a SELECT by itself)."""
+
+    async def flavors(connection: Any) -> int:
+        return int((await connection.execute(text("SELECT count(*) FROM flavors"))).scalar_one())
+
+    async with database.snapshot() as snapshot:
+        reader = await snapshot.connection()
+        before = await flavors(reader)
+        async with database.session() as writer:
+            await (await writer.connection()).execute(
+                text(
+                    "INSERT INTO flavors (name, position, updated_at, version)"
+                    " VALUES ('committed-meanwhile', 0, CURRENT_TIMESTAMP, 1)"
+                )
+            )
+        assert await flavors(reader) == before
+    async with database.snapshot() as later:
+        assert await flavors(await later.connection()) == before + 1
