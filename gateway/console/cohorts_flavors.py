@@ -11,6 +11,7 @@ sit under the live tree on ``/console/cohorts`` (:func:`cohort_section`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -47,10 +48,97 @@ async def _names(api: ConsoleApi, kind: str) -> list[str]:
     return [str(o.get("name")) for o in _items(answer.body)] if answer.ok else []
 
 
+class _ObjectPages(PlatformPages):
+    """Saving and deleting one object of ``/api/v1/admin/config/{collection}`` from its
+    page: the version read goes in ``If-Match``, and the answer is shown by
+    :meth:`after_change` on the object's page (``_edit``, which each kind draws)."""
+
+    kind = ""  # "flavor"
+    collection = ""  # "flavors": the API's and the console's path
+
+    async def _edit(
+        self,
+        request: Request[Any, Any, Any],
+        session: Session,
+        name: str,
+        *,
+        error: str = "",
+        data: Any = None,
+        status: int = 200,
+    ) -> Response[Any]:
+        raise NotImplementedError
+
+    async def _save(
+        self, request: Request[Any, Any, Any], name: str, spec_of: Callable[[Any], dict[str, Any]]
+    ) -> Response[Any]:
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        data = await request.form()
+        try:
+            version = version_of(data)
+            spec = spec_of(data)
+        except FormError as err:
+            return await self._edit(request, session, name, error=str(err), data=data, status=422)
+        answer = await self.api(request, session).call(
+            "PUT",
+            f"/api/v1/admin/config/{self.collection}/{name}",
+            json=spec,
+            headers={"If-Match": f'"{version}"'},
+        )
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=lambda error, status: self._edit(
+                request, session, name, error=error, data=data, status=status
+            ),
+            afresh=lambda error, status: self._edit(
+                request, session, name, error=error, status=status
+            ),
+            stale=_stale(self.kind),
+            done=f"{self.kind.capitalize()} {esc(name)} saved.",
+            to=f"/console/{self.collection}/{quote(name)}",
+        )
+
+    async def _delete(self, request: Request[Any, Any, Any], name: str) -> Response[Any]:
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        data = await request.form()
+        try:
+            version = version_of(data)
+        except FormError as err:
+            return await self._edit(request, session, name, error=str(err), status=422)
+        answer = await self.api(request, session).call(
+            "DELETE",
+            f"/api/v1/admin/config/{self.collection}/{name}",
+            headers={"If-Match": f'"{version}"'},
+        )
+
+        async def afresh(error: str, status: int) -> Response[Any]:
+            return await self._edit(request, session, name, error=error, status=status)
+
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=afresh,
+            afresh=afresh,
+            stale=_stale(self.kind),
+            refused="Not deleted: ",
+            done=f"{self.kind.capitalize()} {esc(name)} deleted.",
+            to=f"/console/{self.collection}",
+        )
+
+
 # --- flavors ---------------------------------------------------------------------------
 
 
-class FlavorPages(PlatformPages):
+class FlavorPages(_ObjectPages):
+    kind = "flavor"
+    collection = "flavors"
+
     @get("/flavors")
     async def flavors(self, request: Request[Any, Any, Any]) -> Response[Any]:
         session = await self.platform(request)
@@ -177,67 +265,16 @@ class FlavorPages(PlatformPages):
 
     @post("/flavors/{name:str}/save")
     async def save(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        data = await request.form()
-        try:
-            version = version_of(data)
-            backend = form_text(data, "backend", max_length=63, required=False) or LOCAL
-        except FormError as err:
-            return await self._edit(request, session, name, error=str(err), data=data, status=422)
-        body = {"backend": backend} if backend != LOCAL else {}
-        answer = await self.api(request, session).call(
-            "PUT",
-            f"/api/v1/admin/config/flavors/{name}",
-            json=body,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
-            request,
-            session,
-            answer,
-            again=lambda error, status: self._edit(
-                request, session, name, error=error, data=data, status=status
-            ),
-            afresh=lambda error, status: self._edit(
-                request, session, name, error=error, status=status
-            ),
-            stale=_stale("flavor"),
-            done=f"Flavor {esc(name)} saved.",
-            to=f"/console/flavors/{quote(name)}",
-        )
+        return await self._save(request, name, _flavor_spec)
 
     @post("/flavors/{name:str}/delete")
     async def delete(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        data = await request.form()
-        try:
-            version = version_of(data)
-        except FormError as err:
-            return await self._edit(request, session, name, error=str(err), status=422)
-        answer = await self.api(request, session).call(
-            "DELETE",
-            f"/api/v1/admin/config/flavors/{name}",
-            headers={"If-Match": f'"{version}"'},
-        )
+        return await self._delete(request, name)
 
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._edit(request, session, name, error=error, status=status)
 
-        return await self.after_change(
-            request,
-            session,
-            answer,
-            again=afresh,
-            afresh=afresh,
-            stale=_stale("flavor"),
-            refused="Not deleted: ",
-            done=f"Flavor {esc(name)} deleted.",
-            to="/console/flavors",
-        )
+def _flavor_spec(data: Any) -> dict[str, Any]:
+    backend = form_text(data, "backend", max_length=63, required=False) or LOCAL
+    return {"backend": backend} if backend != LOCAL else {}
 
 
 # --- cohorts ---------------------------------------------------------------------------
@@ -324,7 +361,10 @@ async def cohort_section(
     )
 
 
-class CohortPages(PlatformPages):
+class CohortPages(_ObjectPages):
+    kind = "cohort"
+    collection = "cohorts"
+
     @post("/cohorts/create")
     async def create(self, request: Request[Any, Any, Any]) -> Response[Any]:
         session = await self.platform(request)
@@ -405,66 +445,11 @@ class CohortPages(PlatformPages):
 
     @post("/cohorts/{name:str}/save")
     async def save(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        data = await request.form()
-        try:
-            version = version_of(data)
-            spec = _cohort_spec(data)
-        except FormError as err:
-            return await self._edit(request, session, name, error=str(err), data=data, status=422)
-        answer = await self.api(request, session).call(
-            "PUT",
-            f"/api/v1/admin/config/cohorts/{name}",
-            json=spec,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
-            request,
-            session,
-            answer,
-            again=lambda error, status: self._edit(
-                request, session, name, error=error, data=data, status=status
-            ),
-            afresh=lambda error, status: self._edit(
-                request, session, name, error=error, status=status
-            ),
-            stale=_stale("cohort"),
-            done=f"Cohort {esc(name)} saved.",
-            to=f"/console/cohorts/{quote(name)}",
-        )
+        return await self._save(request, name, _cohort_spec)
 
     @post("/cohorts/{name:str}/delete")
     async def delete(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        data = await request.form()
-        try:
-            version = version_of(data)
-        except FormError as err:
-            return await self._edit(request, session, name, error=str(err), status=422)
-        answer = await self.api(request, session).call(
-            "DELETE",
-            f"/api/v1/admin/config/cohorts/{name}",
-            headers={"If-Match": f'"{version}"'},
-        )
-
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._edit(request, session, name, error=error, status=status)
-
-        return await self.after_change(
-            request,
-            session,
-            answer,
-            again=afresh,
-            afresh=afresh,
-            stale=_stale("cohort"),
-            refused="Not deleted: ",
-            done=f"Cohort {esc(name)} deleted.",
-            to="/console/cohorts",
-        )
+        return await self._delete(request, name)
 
 
 def _answer(status: int, error: str) -> Answer:
