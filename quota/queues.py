@@ -44,28 +44,66 @@ def _concurrent(requests: Mapping[str, int]) -> Iterator[tuple[str, int]]:
     return ((r, v) for r, v in requests.items() if not is_budget(r))
 
 
+class _Class:
+    """The waiting workloads of one equivalence class of one queue, with a heap of
+    their entries (an entry of a workload no longer in ``members`` is stale, dropped
+    when met) and, while the class has an entry in its queue's heap of class heads,
+    that entry's number and order."""
+
+    __slots__ = ("entry", "heap", "members", "order")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[QueueKey, int, Workload]] = []
+        self.members: dict[str, Workload] = {}
+        self.entry: int | None = None
+        self.order: QueueKey | None = None
+
+    def head(self) -> tuple[QueueKey, int, Workload] | None:
+        """The best member's entry (stale entries on top dropped)."""
+        heap, members = self.heap, self.members
+        while heap:
+            entry = heap[0]
+            workload = entry[2]
+            if members.get(workload.name) is workload:
+                return entry
+            heapq.heappop(heap)
+        return None
+
+
 @dataclass
 class PendingQueue:
+    """One cluster queue's waiting workloads, kept by equivalence class.
+
+    A class set aside (its head did not fit) keeps its members and their heap as
+    they are, only marked blocked; quota released in the cohort unblocks the classes
+    at once. A completion so costs a step per class, not one per set-aside workload
+    (a busy cohort holds thousands). :meth:`pop` hands out the best workload of the
+    classes not blocked: each such class has an entry in ``heads`` whose order is at
+    most its best member's; the entry met first whose order is its class's head's
+    is the queue's head."""
+
     name: str
     strategy: QueueingStrategy
     # Whether workloads alike in priority and pod sets fare alike here. Not so when
     # LowerOrNewerEqualPriority makes the creation time matter for preemption.
     equivalence: bool = True
-    # (order, push number, workload): a re-pushed workload (e.g. what it would commit of
-    # a budget changed) leaves a stale entry of the same order behind, so entries
-    # never fall through to comparing workloads.
-    heap: list[tuple[QueueKey, int, Workload]] = field(default_factory=list)
-    pushes: Iterator[int] = field(default_factory=itertools.count)
-    active: dict[str, Workload] = field(default_factory=dict)
+    classes: dict[Hashable, _Class] = field(default_factory=dict)
+    # (order of the class's head when entered, entry number, class key): an entry whose
+    # number is no longer its class's ``entry`` is stale and skipped.
+    heads: list[tuple[QueueKey, int, Hashable]] = field(default_factory=list)
+    # Entry numbers; they also break ties between entries of one workload in a heap,
+    # so entries never fall through to comparing workloads.
+    numbers: Iterator[int] = field(default_factory=itertools.count)
+    # Set aside alone (not with their class): back one by one on the next requeue.
     inadmissible: dict[str, Workload] = field(default_factory=dict)
     # A BestEffortFIFO preemptor waiting for its victims stays at the front (Kueue's
     # sticky workload), so the quota it freed is not taken by whoever comes next.
     sticky: str | None = None
-    # Equivalence classes known not to fit since quota was last released here.
+    # Equivalence classes known not to fit since quota was last released here: their
+    # members, and workloads alike that arrive meanwhile, wait in them set aside.
     blocked: set[Hashable] = field(default_factory=set)
-    by_class: dict[Hashable, dict[str, Workload]] = field(default_factory=dict)
-    # The equivalence key of each workload waiting here: a set-aside workload is pushed
-    # again every time quota is released in its cohort, and its key is not cheap.
+    # Each waiting workload (active or set aside) and its equivalence key: computed
+    # once, as a set-aside workload comes back every time quota is released.
     keys: dict[str, tuple[Workload, Hashable]] = field(default_factory=dict)
 
     def _key(self, workload: Workload) -> Hashable:
@@ -77,103 +115,134 @@ class PendingQueue:
         return key
 
     def push(self, workload: Workload) -> None:
-        self.inadmissible.pop(workload.name, None)
-        key = self._key(workload)
+        if workload.name in self.keys:
+            self._discard(workload.name)
+        self._insert(workload, self._key(workload))
+
+    def _insert(self, workload: Workload, key: Hashable) -> None:
+        group = self.classes.get(key)
+        if group is None:
+            group = self.classes[key] = _Class()
+        group.members[workload.name] = workload
+        order = queue_key(workload)
+        heapq.heappush(group.heap, (order, next(self.numbers), workload))
         if key in self.blocked:
-            self.inadmissible[workload.name] = workload
-            return
-        self._activate(workload, key)
-        heapq.heappush(self.heap, (queue_key(workload), next(self.pushes), workload))
+            return  # its class is entered again when quota is released
+        if group.order is None or order < group.order:
+            self._enter(key, group, order)
 
-    def _activate(self, workload: Workload, key: Hashable) -> None:
-        self.active[workload.name] = workload
-        self.by_class.setdefault(key, {})[workload.name] = workload
+    def _enter(self, key: Hashable, group: _Class, order: QueueKey) -> None:
+        """Give a class a (new) entry in the heap of heads; an older one goes stale."""
+        number = next(self.numbers)
+        group.entry, group.order = number, order
+        heapq.heappush(self.heads, (order, number, key))
+        if len(self.heads) > 4 * len(self.classes) + 64:
+            classes = self.classes
+            self.heads = [
+                e for e in self.heads if (g := classes.get(e[2])) is not None and g.entry == e[1]
+            ]
+            heapq.heapify(self.heads)
 
-    def _deactivate(self, workload: Workload) -> None:
-        del self.active[workload.name]
-        members = self.by_class.get(self._key(workload))
-        if members is not None:
-            members.pop(workload.name, None)
+    def _active(self, name: str) -> Workload | None:
+        """The workload of that name if it waits to be handed out."""
+        known = self.keys.get(name)
+        if known is None or name in self.inadmissible or known[1] in self.blocked:
+            return None
+        return known[0]
 
     def pop(self) -> Workload | None:
         """Take the head out of the queue (it is *in flight* until requeued)."""
         sticky, self.sticky = self.sticky, None
-        if sticky is not None and sticky in self.active:
-            workload = self.active[sticky]
-            self._take(workload)
-            return workload
-        while self.heap:
-            _, _, workload = heapq.heappop(self.heap)
-            # Entries of deleted or re-pushed workloads stay in the heap; skip them.
-            if self.active.get(workload.name) is workload:
-                self._take(workload)
+        if sticky is not None:
+            workload = self._active(sticky)
+            if workload is not None:
+                self._discard(sticky)
                 return workload
+        heads, classes, blocked = self.heads, self.classes, self.blocked
+        while heads:
+            order, number, key = heapq.heappop(heads)
+            group = classes.get(key)
+            if group is None or group.entry != number:
+                continue  # stale: its class was entered again since
+            group.entry = group.order = None
+            if key in blocked:
+                continue  # entered again when quota is released
+            entry = group.head()
+            if entry is None:
+                continue
+            if entry[0] != order:
+                # Its head left (taken or removed): the class's next head competes.
+                self._enter(key, group, entry[0])
+                continue
+            heapq.heappop(group.heap)
+            workload = entry[2]
+            del group.members[workload.name]
+            del self.keys[workload.name]
+            after = group.head()
+            if after is not None:
+                self._enter(key, group, after[0])
+            else:
+                del classes[key]
+            return workload
         return None
 
-    def _take(self, workload: Workload) -> None:
-        self._deactivate(workload)
-        del self.keys[workload.name]
+    def _discard(self, name: str) -> bool:
+        """Forget a waiting workload (its heap entries go stale)."""
+        known = self.keys.pop(name, None)
+        if known is None:
+            return False
+        if self.inadmissible.pop(name, None) is not None:
+            return True
+        key = known[1]
+        group = self.classes[key]
+        del group.members[name]
+        if not group.members:
+            del self.classes[key]
+        elif len(group.heap) > 2 * len(group.members) + 32:
+            # Many left without being handed out: drop their entries at once.
+            members = group.members
+            group.heap = [e for e in group.heap if members.get(e[2].name) is e[2]]
+            heapq.heapify(group.heap)
+        return True
 
     def set_aside(self, workload: Workload, *, with_equivalents: bool) -> list[str]:
         """Set a head aside; with ``with_equivalents`` also every pending workload that
         would fare the same. Returns the names of those equivalents."""
-        self.inadmissible[workload.name] = workload
-        if not with_equivalents or not self.equivalence:
-            return []
         key = self._key(workload)
+        self.inadmissible[workload.name] = workload
+        if not with_equivalents or not self.equivalence or key in self.blocked:
+            return []
         self.blocked.add(key)
-        moved = list(self.by_class.pop(key, {}).values())
-        for other in moved:
-            del self.active[other.name]
-            self.inadmissible[other.name] = other
-        return [w.name for w in moved]
+        group = self.classes.get(key)
+        return [] if group is None else list(group.members)
 
     def requeue_inadmissible(self) -> bool:
-        self.blocked.clear()
-        if not self.inadmissible:
-            return False
-        # As many pushes, in the same order (so the same push numbers break the same
-        # ties), but the heap rebuilt once when they are many: quota released in a busy
-        # cohort brings back thousands of set-aside workloads at a time.
-        returning, self.inadmissible = self.inadmissible, {}
-        entries = []
-        for workload in returning.values():
-            self._activate(workload, self._key(workload))
-            entries.append((queue_key(workload), next(self.pushes), workload))
-        if len(entries) * 4 < len(self.heap):
-            for entry in entries:
-                heapq.heappush(self.heap, entry)
-        else:
-            self.heap.extend(entries)
-            self._compact()
-        return True
-
-    def _compact(self) -> None:
-        """The heap without the entries ``pop`` would skip, each waiting workload's
-        first entry kept (its others share its order and would be skipped too)."""
-        live: dict[str, tuple[QueueKey, int, Workload]] = {}
-        for entry in self.heap:
-            workload = entry[2]
-            if self.active.get(workload.name) is workload:
-                first = live.get(workload.name)
-                if first is None or entry[1] < first[1]:
-                    live[workload.name] = entry
-        self.heap = list(live.values())
-        heapq.heapify(self.heap)
+        """Quota was released in the cohort: everything set aside waits again. Whether
+        anything did come back."""
+        returned = bool(self.inadmissible)
+        blocked, self.blocked = self.blocked, set()
+        for key in blocked:
+            group = self.classes.get(key)
+            if group is None:
+                continue
+            returned = True
+            entry = group.head()
+            assert entry is not None  # a class is dropped when its last member leaves
+            if group.order is None or entry[0] < group.order:
+                self._enter(key, group, entry[0])
+        if self.inadmissible:
+            returning, self.inadmissible = self.inadmissible, {}
+            keys = self.keys
+            for name, workload in returning.items():
+                self._insert(workload, keys[name][1])
+        return returned
 
     def remove(self, name: str) -> bool:
-        workload = self.active.get(name)
-        if workload is not None:
-            self._take(workload)
-            return True
-        workload = self.inadmissible.pop(name, None)
-        if workload is None:
-            return False
-        self.keys.pop(name, None)
-        return True
+        return self._discard(name)
 
     def workloads(self) -> Iterator[Workload]:
-        yield from self.active.values()
+        for group in self.classes.values():
+            yield from group.members.values()
         yield from self.inadmissible.values()
 
 

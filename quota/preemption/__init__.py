@@ -6,13 +6,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from quota.cache import ClusterState
-from quota.model import ReclaimWithinCohort, WithinClusterQueue
+from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
 from quota.preemption import classical_reference
 from quota.preemption.classical import CandidateIndex, classical_targets
 from quota.preemption.common import PreemptionReason, PreemptionRequest, Target
 from quota.preemption.fair import fair_targets
+from quota.resources import FlavorResource
 
 __all__ = ["PreemptionReason", "PreemptionRequest", "Preemptor", "Target"]
+
+_RequestKey = tuple[int, str, tuple[tuple[FlavorResource, int], ...], frozenset[FlavorResource]]
 
 
 class Preemptor:
@@ -29,17 +32,25 @@ class Preemptor:
         self.reference = reference
         self._index = CandidateIndex(state)
         self._frozen = False
+        # While frozen: the targets found for each request, by the preemptor (kept so
+        # its id is not reused), its queue, usage and flavor-resources. Nomination asks
+        # the same twice: a flavor's simulation for a one-pod-set workload is the
+        # request of its whole assignment. Not for the reference searches (the tests
+        # hold this one to them).
+        self._found: dict[_RequestKey, tuple[Workload, list[Target]]] = {}
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
         """While the caller changes neither admitted workloads nor usage (beyond what
         each search puts back), searches share one :class:`CandidateIndex`."""
         self._index.refresh()
+        self._found.clear()
         self._frozen = True
         try:
             yield
         finally:
             self._frozen = False
+            self._found.clear()
 
     def targets(self, request: PreemptionRequest) -> list[Target]:
         policy = request.queue.spec.preemption
@@ -47,8 +58,25 @@ class Preemptor:
             policy.reclaim_within_cohort is ReclaimWithinCohort.NEVER
         ):
             return []  # nothing may ever be evicted for this queue
+        if self.reference:
+            if self.fair_sharing:
+                return fair_targets(self.state, request)
+            return classical_reference.classical_targets(self.state, request)
+        if not self._frozen:
+            return self._search(request)
+        workload = request.workload
+        key = (
+            id(workload),
+            request.queue.name,
+            tuple(request.usage.items()),
+            request.needs_preemption,
+        )
+        known = self._found.get(key)
+        if known is None or known[0] is not workload:
+            known = self._found[key] = (workload, self._search(request))
+        return list(known[1])
+
+    def _search(self, request: PreemptionRequest) -> list[Target]:
         if self.fair_sharing:
             return fair_targets(self.state, request)
-        if self.reference:
-            return classical_reference.classical_targets(self.state, request)
         return classical_targets(self.state, request, self._index if self._frozen else None)

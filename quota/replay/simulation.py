@@ -136,6 +136,7 @@ class _Replay:
         self.jobs = jobs
         self.records: dict[str, JobRecord] = {}
         self.team_used = dict.fromkeys(self.nominal, 0)
+        self.team_borrowed = 0  # GPUs held past their team's nominal quota, all teams
         self.team_pending = dict.fromkeys(self.nominal, 0)
         self.used = 0
         self.completions: list[tuple[float, int, str, int]] = []
@@ -170,7 +171,7 @@ class _Replay:
             record.first_start = now
         record.runs += 1
         self.team_pending[record.team] -= record.gpus
-        self.team_used[record.team] += record.gpus
+        self._use(record.team, record.gpus)
         self.used += record.gpus
         sample = self.asking.pop(record.name, None)
         if sample is not None:
@@ -189,11 +190,17 @@ class _Replay:
         else:
             record.end = now
         record.run_start = None
-        self.team_used[record.team] -= record.gpus
+        self._use(record.team, -record.gpus)
         self.used -= record.gpus
 
+    def _use(self, team: str, gpus: int) -> None:
+        # What is borrowed kept as it changes: read after every event.
+        nominal, before = self.nominal[team], self.team_used[team]
+        after = self.team_used[team] = before + gpus
+        self.team_borrowed += max(0, after - nominal) - max(0, before - nominal)
+
     def borrowed(self) -> int:
-        return sum(max(0, used - self.nominal[team]) for team, used in self.team_used.items())
+        return self.team_borrowed
 
     def run_cycles(self, now: float, out_of_time: Callable[[], bool]) -> bool:
         """Cycles until quiet; False if time ran out first (a backlog can take

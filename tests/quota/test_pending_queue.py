@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from quota.model import PodSet, QueueingStrategy, Workload
 from quota.queues import PendingQueue, queue_key
+from tests.quota.pending_queue_reference import ReferencePendingQueue
 
 GPU = "nvidia.com/gpu"
 
@@ -85,3 +86,106 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
     while (head := queue.pop()) is not None:
         drained.append(head)
     assert drained == sorted(active.values(), key=queue_key)
+
+
+# Ops as the engine and the scheduler issue them: (re)queue a workload (a waiting one
+# is removed first, as the engine does), take a head and dispose of it (admitted; back
+# to the front; back as a sticky preemptor; set aside alone or with its equivalents),
+# release quota, remove.
+differential_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("push"),
+            st.integers(0, 29),
+            st.integers(0, 2),
+            st.integers(1, 3),
+            st.integers(0, 2),
+        ),
+        st.tuples(
+            st.just("pop"),
+            st.sampled_from(["admit", "front", "sticky", "alone", "alike", "alike", "alike"]),
+        ),
+        st.tuples(st.just("requeue")),
+        st.tuples(st.just("remove"), st.integers(0, 29)),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(differential_ops, st.booleans())
+def test_the_queue_decides_as_the_reference_queue(
+    ops: list[tuple[Any, ...]], equivalence: bool
+) -> None:
+    """Op for op the same heads, the same set-aside equivalents, the same answers, the
+    same waiting workloads as the previous implementation (one heap of workloads)."""
+    queue = PendingQueue("q", QueueingStrategy.BEST_EFFORT_FIFO, equivalence=equivalence)
+    reference = ReferencePendingQueue(
+        "q", QueueingStrategy.BEST_EFFORT_FIFO, equivalence=equivalence
+    )
+    for op in ops:
+        match op:
+            case ("push", number, priority, gpus, queued):
+                workload = Workload(
+                    name=f"w{int(number):02d}",
+                    cluster_queue="q",
+                    pod_sets=(PodSet("main", 1, {GPU: int(gpus) * 1000}),),
+                    priority=int(priority),
+                    created=float(int(number) % 5),
+                    queued=None if queued == 0 else float(queued),
+                )
+                assert queue.remove(workload.name) == reference.remove(workload.name)
+                queue.push(workload)
+                reference.push(workload)
+            case ("pop", disposal):
+                head = queue.pop()
+                assert head is reference.pop()
+                if head is None or disposal == "admit":
+                    continue
+                if disposal in ("front", "sticky"):
+                    if disposal == "sticky":
+                        queue.sticky = reference.sticky = head.name
+                    queue.push(head)
+                    reference.push(head)
+                    continue
+                alike = disposal == "alike"
+                moved = queue.set_aside(head, with_equivalents=alike)
+                assert sorted(moved) == sorted(reference.set_aside(head, with_equivalents=alike))
+            case ("requeue",):
+                assert queue.requeue_inadmissible() == reference.requeue_inadmissible()
+            case ("remove", number):
+                name = f"w{int(number):02d}"
+                assert queue.remove(name) == reference.remove(name)
+        assert sorted(w.name for w in queue.workloads()) == sorted(
+            w.name for w in reference.workloads()
+        )
+    queue.requeue_inadmissible()
+    reference.requeue_inadmissible()
+    while (head := queue.pop()) is not None:
+        assert head is reference.pop()
+    assert reference.pop() is None
+
+
+def test_a_workload_that_joins_a_set_aside_class_ahead_of_it_comes_back_first() -> None:
+    """A class set aside keeps its place among the heads with its next member's order;
+    one alike arriving meanwhile that goes before that member must count when quota
+    is released, even with the set-aside head itself gone."""
+    queue = PendingQueue("q", QueueingStrategy.BEST_EFFORT_FIFO)
+    first, later = _workload(10, 0, 1), _workload(12, 0, 1)  # created 3, then 5
+    other = _workload(11, 0, 2)  # created 4, needs more
+    for workload in (first, later, other):
+        queue.push(workload)
+    assert queue.pop() is first
+    assert queue.set_aside(first, with_equivalents=True) == [later.name]
+    newcomer = _workload(14, 0, 1)  # created 0: ahead of everyone
+    queue.push(newcomer)
+    assert queue.remove(first.name)
+    assert queue.pop() is other  # the only one not set aside
+    queue.set_aside(other, with_equivalents=True)
+    assert queue.requeue_inadmissible()
+    assert [queue.pop(), queue.pop(), queue.pop(), queue.pop()] == [
+        newcomer,
+        other,
+        later,
+        None,
+    ]
