@@ -18,17 +18,15 @@ from gateway.authorization import authorize
 from gateway.errors import ApiError
 from gateway.openapi import errors
 from gateway.services import Services
-from gateway.workloads.controllers import EVENTS_SHOWN, WorkloadId
+from gateway.workloads.controllers import WorkloadId, workload_detail
 from gateway.workloads.schemas import WorkloadDetail, WorkloadList, WorkloadOut, WorkloadState
 from tenants.config_file import NAME_PATTERN
-from tenants.errors import InvalidRequestError, NotFoundError
-from tenants.models import WorkloadRow
+from tenants.errors import InvalidRequestError
 from tenants.services.workloads import (
     cancel_workload,
-    events_of,
-    get_workload,
     list_every_workload,
     parse_cursor,
+    tenant_of_workload,
 )
 
 __all__ = ["AdminWorkloadController"]
@@ -81,11 +79,7 @@ class AdminWorkloadController(Controller):
         services: NamedDependency[Services],
     ) -> WorkloadDetail:
         await authorize(services.policy, request.user, "admin.workloads.read")
-        # One snapshot, as the tenant's own read: the row and its events agree.
-        async with services.database.snapshot() as session:
-            row = await get_workload(session, await _tenant_of(session, workload_id), workload_id)
-            events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
-            return WorkloadDetail.with_events(row, events, count)
+        return await workload_detail(services.database, workload_id)
 
     @delete(
         "/{workload_id:str}",
@@ -103,16 +97,8 @@ class AdminWorkloadController(Controller):
         identity = request.user
         await authorize(services.policy, identity, "admin.workloads.cancel")
         async with services.database.session() as session:
-            tenant = await _tenant_of(session, workload_id)
+            tenant = await tenant_of_workload(session, workload_id)
             # The same cancellation as the tenant's, audited under the workload's tenant
             # (so its tenant admins read it in their audit) with the admin as actor.
             row = await cancel_workload(session, tenant, workload_id, actor=identity.principal)
             return WorkloadOut.of(row)
-
-
-async def _tenant_of(session: Any, workload_id: str) -> str:
-    """The tenant a workload belongs to (404 when there is no such workload)."""
-    row = await session.get(WorkloadRow, workload_id)
-    if row is None:
-        raise NotFoundError(f"workload {workload_id!r} not found")
-    return str(row.tenant)

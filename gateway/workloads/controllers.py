@@ -35,9 +35,10 @@ from tenants.services.workloads import (
     list_workloads,
     parse_cursor,
     submit_workload,
+    tenant_of_workload,
 )
 
-__all__ = ["EstimateController", "WorkloadController"]
+__all__ = ["EstimateController", "WorkloadController", "workload_detail"]
 
 EVENTS_SHOWN = 100
 
@@ -194,12 +195,7 @@ class WorkloadController(Controller):
         policy: NamedDependency[PolicyEngine],
     ) -> WorkloadDetail:
         identity = await tenant_of(request, policy, "workloads.read")
-        # One snapshot: the row and its events as of one moment (each event is written
-        # with its change, so they agree).
-        async with database.snapshot() as session:
-            row = await get_workload(session, identity.tenant, workload_id)
-            events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
-            return WorkloadDetail.with_events(row, events, count)
+        return await workload_detail(database, workload_id, identity.tenant)
 
     @delete(
         "/{workload_id:str}",
@@ -288,3 +284,17 @@ class EstimateController(Controller):
         return await estimate(
             database, identity.tenant, submission, charged=services.charged_loader
         )
+
+
+async def workload_detail(
+    database: Database, workload_id: str, tenant: str | None = None
+) -> WorkloadDetail:
+    """One workload of ``tenant`` (None: of whichever tenant it is, for a platform
+    admin) with its last events, read in one snapshot: the row and its events as of one
+    moment (each event is written with its change, so they agree)."""
+    async with database.snapshot() as session:
+        if tenant is None:
+            tenant = await tenant_of_workload(session, workload_id)
+        row = await get_workload(session, tenant, workload_id)
+        events, count = await events_of(session, row.id, limit=EVENTS_SHOWN)
+        return WorkloadDetail.with_events(row, events, count)

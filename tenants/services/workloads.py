@@ -215,6 +215,15 @@ def _check_resources(submission: WorkloadSubmission, queue: ClusterQueueRow) -> 
             raise InvalidRequestError(f"pod set {pod_set.name!r}: min_count exceeds count")
 
 
+async def tenant_of_workload(session: AsyncSession, workload_id: str) -> str:
+    """The tenant a workload belongs to, for a platform admin's read or cancel (404 when
+    there is no such workload)."""
+    row = await session.get(WorkloadRow, workload_id)
+    if row is None:
+        raise NotFoundError(f"workload {workload_id!r} not found")
+    return str(row.tenant)
+
+
 async def get_workload(session: AsyncSession, tenant: str, workload_id: str) -> WorkloadRow:
     """The workload, if it is this tenant's; another tenant's is as absent as a missing one."""
     row = await session.get(WorkloadRow, workload_id)
