@@ -68,6 +68,12 @@ class _ObjectPages(PlatformPages):
     ) -> Response[Any]:
         raise NotImplementedError
 
+    async def _show(self, request: Request[Any, Any, Any], name: str) -> Response[Any]:
+        session = await self.platform(request)
+        if isinstance(session, Response):
+            return session
+        return await self._edit(request, session, name)
+
     async def _save(
         self, request: Request[Any, Any, Any], name: str, spec_of: Callable[[Any], dict[str, Any]]
     ) -> Response[Any]:
@@ -220,10 +226,7 @@ class FlavorPages(_ObjectPages):
 
     @get("/flavors/{name:str}")
     async def flavor(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        return await self._edit(request, session, name)
+        return await self._show(request, name)
 
     async def _edit(
         self,
@@ -396,10 +399,7 @@ class CohortPages(_ObjectPages):
 
     @get("/cohorts/{name:str}")
     async def cohort(self, request: Request[Any, Any, Any], name: ObjectName) -> Response[Any]:
-        session = await self.platform(request)
-        if isinstance(session, Response):
-            return session
-        return await self._edit(request, session, name)
+        return await self._show(request, name)
 
     async def _edit(
         self,
