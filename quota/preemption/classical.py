@@ -41,7 +41,7 @@ from quota.preemption.common import (
     workload_fits,
 )
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, local_available
+from quota.tree import ResourceNode, local_available, queue_available
 
 __all__ = ["CandidateIndex", "classical_targets", "victim_order"]
 
@@ -92,10 +92,8 @@ class CandidateIndex:
             tuple[int, frozenset[FlavorResource]],
             tuple[list[CohortNode], list[ClusterQueueNode]],
         ] = {}
-        # (queue, flavor-resources) -> (the queue's admitted_version, ranked, priorities)
-        self._ranked: dict[
-            tuple[str, frozenset[FlavorResource]], tuple[int, list[_Ranked], list[int]]
-        ] = {}
+        # (queue, flavor-resources) -> what :meth:`_entry` keeps
+        self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
 
     def refresh(self) -> None:
         self._over.clear()
@@ -132,12 +130,10 @@ class CandidateIndex:
             id(node) for node in nodes if node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0)
         )
 
-    def _entry(
-        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]
-    ) -> tuple[int, list[_Ranked], list[int]]:
+    def _entry(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> _Entry:
         key = (queue.name, frs)
         entry = self._ranked.get(key)
-        if entry is None or entry[0] != queue.admitted_version:
+        if entry is None or entry.version != queue.admitted_version:
             ranked = sorted(
                 (
                     (victim_order(record), record)
@@ -146,22 +142,51 @@ class CandidateIndex:
                 ),
                 key=itemgetter(0),
             )
-            entry = self._ranked[key] = (
-                queue.admitted_version,
-                ranked,
-                [k[0] for k, _ in ranked],
-            )
+            entry = self._ranked[key] = _Entry(queue.admitted_version, ranked, frs)
         return entry
 
     def ranked(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> list[_Ranked]:
         """The queue's workloads using any of ``frs``, in victim order."""
-        return self._entry(queue, frs)[1]
+        return self._entry(queue, frs).ranked
 
     def count_below(
         self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], priority: int
     ) -> int:
         """How many of :meth:`ranked` have a priority below ``priority``."""
-        return bisect.bisect_left(self._entry(queue, frs)[2], priority)
+        return bisect.bisect_left(self._entry(queue, frs).priorities, priority)
+
+    def most_freed(
+        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], count: int
+    ) -> tuple[dict[FlavorResource, int], dict[FlavorResource, int]]:
+        """The first ``count`` of :meth:`ranked`: their total usage, and the largest
+        one's, per flavor-resource of ``frs``."""
+        entry = self._entry(queue, frs)
+        return (
+            {fr: sums[count] for fr, sums in entry.sums.items()},
+            {fr: largest[count] for fr, largest in entry.largest.items()},
+        )
+
+
+class _Entry:
+    """A queue's workloads using any of some flavor-resources, in victim order, as of
+    one ``admitted_version``; with running totals and maxima of their usage, for
+    :func:`_cannot_fit`."""
+
+    __slots__ = ("largest", "priorities", "ranked", "sums", "version")
+
+    def __init__(self, version: int, ranked: list[_Ranked], frs: frozenset[FlavorResource]):
+        self.version = version
+        self.ranked = ranked
+        self.priorities = [k[0] for k, _ in ranked]
+        self.sums: dict[FlavorResource, list[int]] = {}
+        self.largest: dict[FlavorResource, list[int]] = {}
+        for fr in frs:
+            sums, largest = [0], [0]
+            for _, record in ranked:
+                amount = record.usage.get(fr, 0)
+                sums.append(sums[-1] + amount)
+                largest.append(max(largest[-1], amount))
+            self.sums[fr], self.largest[fr] = sums, largest
 
 
 @dataclass(slots=True)
@@ -173,6 +198,8 @@ class _Stream:
     lca: ResourceNode | None
     advantage: bool
     ranked: list[_Ranked]
+    freed: dict[FlavorResource, int]  # the candidates' usage, all together
+    largest: dict[FlavorResource, int]  # the largest candidate's
 
 
 def classical_targets(
@@ -196,6 +223,8 @@ def classical_targets(
         attempts = (True, False)
     groups = (hierarchical, by_priority, same_queue)
     for allow_borrowing in attempts:
+        if _cannot_fit(request, groups, allow_borrowing):
+            continue  # the attempt would take every candidate it may and still fail
         targets: list[Target] = []
         for candidate in _in_order(state, request, groups, allow_borrowing):
             simulate_removal(state, candidate.record)
@@ -247,6 +276,47 @@ def _in_order(
             yield _Candidate(record, stream.lca, variant)
 
 
+def _cannot_fit(
+    request: PreemptionRequest, groups: tuple[list[_Stream], ...], allow_borrowing: bool
+) -> bool:
+    """Would the workload not fit even if every candidate went that an attempt could
+    ever take? Then the attempt finds nothing, and it need not run.
+
+    A removal raises what the preemptor's queue has available by at most what it
+    frees. Of another queue's candidates, the attempt takes only while that queue is
+    over nominal: with one flavor-resource contested, at most the queue's excess plus
+    its largest candidate. An attempt that allows borrowing takes none of the
+    ``by_priority`` group when the queue may never borrow to preempt (see
+    :func:`_in_order`); one that does not allow it must fit the queue's nominal
+    quota, which only the queue's own candidates can make room in.
+    """
+    queue = request.queue
+    frs = request.needs_preemption
+    single = len(frs) == 1
+    hierarchical, by_priority, same_queue = groups
+    if allow_borrowing and (
+        queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
+    ):
+        by_priority = []
+    for fr in frs:
+        amount = request.usage.get(fr, 0)
+        own = sum(stream.freed[fr] for stream in same_queue)
+        if not allow_borrowing and (
+            queue.usage.get(fr, 0) - own + amount > queue.quota(fr).nominal
+        ):
+            return True
+        most = queue_available(queue, fr) + own
+        for stream in chain(hierarchical, by_priority):
+            freed = stream.freed[fr]
+            if single:
+                excess = stream.queue.usage.get(fr, 0) - stream.queue.subtree_quota.get(fr, 0)
+                freed = min(freed, excess + stream.largest[fr]) if excess > 0 else 0
+            most += freed
+        if amount > most:
+            return True
+    return False
+
+
 def _path_over_nominal(
     request: PreemptionRequest, queue: ClusterQueueNode, lca: ResourceNode | None
 ) -> bool:
@@ -282,18 +352,22 @@ def _stream(
     )
     if rule == "Never":
         return None
-    ranked = index.ranked(queue, request.needs_preemption)
-    if rule != "Any":
+    frs = request.needs_preemption
+    ranked = index.ranked(queue, frs)
+    if rule == "Any" or rule == "LowerPriority":
         # Sorted by priority: the allowed ones come first.
-        priority = preemptor.priority
-        if rule == "LowerPriority":
-            ranked = ranked[: index.count_below(queue, request.needs_preemption, priority)]
-        else:
-            ranked = ranked[: index.count_below(queue, request.needs_preemption, priority + 1)]
-            ranked = [
-                item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)
-            ]
-    return _Stream(queue, lca, advantage, ranked) if ranked else None
+        count = len(ranked) if rule == "Any" else index.count_below(queue, frs, preemptor.priority)
+        if count == 0:
+            return None
+        freed, largest = index.most_freed(queue, frs, count)
+        return _Stream(queue, lca, advantage, ranked[:count], freed, largest)
+    ranked = ranked[: index.count_below(queue, frs, preemptor.priority + 1)]
+    ranked = [item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)]
+    if not ranked:
+        return None
+    freed = {fr: sum(r.usage.get(fr, 0) for _, r in ranked) for fr in frs}
+    largest = {fr: max(r.usage.get(fr, 0) for _, r in ranked) for fr in frs}
+    return _Stream(queue, lca, advantage, ranked, freed, largest)
 
 
 def _variant(
