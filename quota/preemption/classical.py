@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain
@@ -94,6 +94,8 @@ class CandidateIndex:
         ] = {}
         # (queue, flavor-resources) -> what :meth:`_entry` keeps
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
+        # (queue, flavor-resource) -> (the queue's admitted_version, the largest usage)
+        self._largest: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
 
     def refresh(self) -> None:
         self._over.clear()
@@ -166,6 +168,15 @@ class CandidateIndex:
             {fr: largest[count] for fr, largest in entry.largest.items()},
         )
 
+    def largest(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
+        """The most any one of the queue's workloads uses of ``fr``."""
+        key = (queue.name, fr)
+        kept = self._largest.get(key)
+        if kept is None or kept[0] != queue.admitted_version:
+            most = max((r.usage.get(fr, 0) for r in queue.admitted.values()), default=0)
+            kept = self._largest[key] = (queue.admitted_version, most)
+        return kept[1]
+
 
 class _Entry:
     """A queue's workloads using any of some flavor-resources, in victim order, as of
@@ -202,6 +213,15 @@ class _Stream:
     largest: dict[FlavorResource, int]  # the largest candidate's
 
 
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """A queue that candidates may come from, and its lowest common ancestor with the
+    preemptor's queue."""
+
+    queue: ClusterQueueNode
+    lca: CohortNode
+
+
 def classical_targets(
     state: ClusterState, request: PreemptionRequest, index: CandidateIndex | None = None
 ) -> list[Target]:
@@ -211,7 +231,14 @@ def classical_targets(
         index = CandidateIndex(state)
     queue = request.queue
     same_queue = _same_queue_candidates(index, request)
-    hierarchical, by_priority = _cohort_candidates(index, request)
+    near, far = _cohort_queues(index, request)
+    if all(
+        _cannot_fit(request, same_queue, near, far, allow_borrowing, index)
+        for allow_borrowing in (False, True)
+    ):
+        return []  # decided from the queues' totals, before their candidates are listed
+    hierarchical = _streams(index, request, near, advantage=True)
+    by_priority = _streams(index, request, far, advantage=False)
     policy = queue.spec.preemption
     forbidden = policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
     attempts: tuple[bool, ...]
@@ -223,7 +250,7 @@ def classical_targets(
         attempts = (True, False)
     groups = (hierarchical, by_priority, same_queue)
     for allow_borrowing in attempts:
-        if _cannot_fit(request, groups, allow_borrowing):
+        if _cannot_fit(request, same_queue, hierarchical, by_priority, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
         targets: list[Target] = []
         for candidate in _in_order(state, request, groups, allow_borrowing):
@@ -277,7 +304,12 @@ def _in_order(
 
 
 def _cannot_fit(
-    request: PreemptionRequest, groups: tuple[list[_Stream], ...], allow_borrowing: bool
+    request: PreemptionRequest,
+    same_queue: list[_Stream],
+    near: Sequence[_Stream | _Place],
+    far: Sequence[_Stream | _Place],
+    allow_borrowing: bool,
+    index: CandidateIndex | None = None,
 ) -> bool:
     """Would the workload not fit even if every candidate went that an attempt could
     ever take? Then the attempt finds nothing, and it need not run.
@@ -285,19 +317,22 @@ def _cannot_fit(
     A removal raises what the preemptor's queue has available by at most what it
     frees. Of another queue's candidates, the attempt takes only while that queue is
     over nominal: with one flavor-resource contested, at most the queue's excess plus
-    its largest candidate. An attempt that allows borrowing takes none of the
-    ``by_priority`` group when the queue may never borrow to preempt (see
+    its largest candidate. An attempt that allows borrowing takes none of the ``far``
+    group (``by_priority``) when the queue may never borrow to preempt (see
     :func:`_in_order`); one that does not allow it must fit the queue's nominal
     quota, which only the queue's own candidates can make room in.
+
+    ``near`` and ``far`` are streams, or only the queues they would come from: then
+    (with ``index``) each queue's whole usage and largest workload stand for what its
+    stream would hold, which is no less.
     """
     queue = request.queue
     frs = request.needs_preemption
     single = len(frs) == 1
-    hierarchical, by_priority, same_queue = groups
     if allow_borrowing and (
         queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
     ):
-        by_priority = []
+        far = []
     for fr in frs:
         amount = request.usage.get(fr, 0)
         own = sum(stream.freed[fr] for stream in same_queue)
@@ -306,11 +341,16 @@ def _cannot_fit(
         ):
             return True
         most = queue_available(queue, fr) + own
-        for stream in chain(hierarchical, by_priority):
-            freed = stream.freed[fr]
+        for place in chain(near, far):
+            other = place.queue
+            if isinstance(place, _Stream):
+                freed, largest = place.freed[fr], place.largest[fr]
+            else:
+                assert index is not None
+                freed, largest = other.usage.get(fr, 0), index.largest(other, fr)
             if single:
-                excess = stream.queue.usage.get(fr, 0) - stream.queue.subtree_quota.get(fr, 0)
-                freed = min(freed, excess + stream.largest[fr]) if excess > 0 else 0
+                excess = other.usage.get(fr, 0) - other.subtree_quota.get(fr, 0)
+                freed = min(freed, excess + largest) if excess > 0 else 0
             most += freed
         if amount > most:
             return True
@@ -396,29 +436,29 @@ def _same_queue_candidates(index: CandidateIndex, request: PreemptionRequest) ->
     return [] if stream is None else [stream]
 
 
-def _cohort_candidates(
+def _cohort_queues(
     index: CandidateIndex, request: PreemptionRequest
-) -> tuple[list[_Stream], list[_Stream]]:
-    """Candidates from other queues, split by whether the preemptor has the
-    hierarchical advantage (its request fits the quota of the subtree they share)."""
+) -> tuple[list[_Place], list[_Place]]:
+    """The other queues of the tree that candidates may come from, split by whether
+    the preemptor has the hierarchical advantage there (its request fits the quota of
+    the subtree they share)."""
     queue = request.queue
-    hierarchical: list[_Stream] = []
-    by_priority: list[_Stream] = []
+    near: list[_Place] = []
+    far: list[_Place] = []
     if queue.parent is None or (
         queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
     ):
-        return hierarchical, by_priority
+        return near, far
     advantage, remaining = _fits_in_quota(queue, dict(request.usage))
     previous: ResourceNode | None = None
     node: ResourceNode | None = queue.parent
     while node is not None:
         assert isinstance(node, CohortNode)
-        into = hierarchical if advantage else by_priority
-        _collect_subtree(index, request, node, node, previous, advantage, into)
+        _collect_subtree(index, request, node, node, previous, near if advantage else far)
         fits, remaining = _fits_in_quota(node, remaining)
         advantage = advantage or fits
         previous, node = node, node.parent
-    return hierarchical, by_priority
+    return near, far
 
 
 def _collect_subtree(
@@ -427,19 +467,20 @@ def _collect_subtree(
     cohort: CohortNode,
     lca: CohortNode,
     skip: ResourceNode | None,
-    advantage: bool,
-    into: list[_Stream],
+    into: list[_Place],
 ) -> None:
     cohorts, queues = index.children_over_nominal(cohort, request.needs_preemption)
     for child in cohorts:
         if child is not skip:
-            _collect_subtree(index, request, child, lca, skip, advantage, into)
-    for queue in queues:
-        if queue is request.queue:
-            continue
-        stream = _stream(index, request, queue, lca, advantage)
-        if stream is not None:
-            into.append(stream)
+            _collect_subtree(index, request, child, lca, skip, into)
+    into.extend(_Place(queue, lca) for queue in queues if queue is not request.queue)
+
+
+def _streams(
+    index: CandidateIndex, request: PreemptionRequest, places: list[_Place], advantage: bool
+) -> list[_Stream]:
+    streams = (_stream(index, request, p.queue, p.lca, advantage) for p in places)
+    return [stream for stream in streams if stream is not None]
 
 
 def _fits_in_quota(
