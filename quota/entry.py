@@ -34,9 +34,20 @@ class Entry:
     reason: PendingReason | None = None
     immediate: bool = False  # requeue at the front even in a BestEffortFIFO queue
 
-    def mark(self, status: Status, code: ReasonCode, message: str, *, immediate: bool) -> None:
+    def mark(
+        self,
+        status: Status,
+        code: ReasonCode,
+        message: str | None,
+        *,
+        immediate: bool,
+        prefix: str = "",
+    ) -> None:
+        """``message`` None: ``prefix`` and the blockers' messages (see
+        :class:`PendingReason`)."""
         self.status = status
-        self.reason = PendingReason(code, message, tuple(self.assignment.blockers))
+        blockers = tuple(self.assignment.blockers)
+        self.reason = PendingReason(code, message, blockers, prefix=prefix)
         self.immediate = immediate
 
     @property

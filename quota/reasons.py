@@ -16,6 +16,7 @@ __all__ = [
     "PendingReason",
     "ReasonCode",
     "blocker_for",
+    "blockers_message",
     "format_amount",
 ]
 
@@ -76,11 +77,45 @@ class Blocker:
         return f"requests {amount}; {where} has {format_quantity(self.available)} available"
 
 
-@dataclass(frozen=True, slots=True)
 class PendingReason:
-    code: ReasonCode
-    message: str
-    blockers: tuple[Blocker, ...] = ()
+    """A stable code, words, and the blockers. Without ``message``, the words are
+    ``prefix`` and the blockers' messages, written when first read: an engine refuses
+    most heads it nominates, and most of those reasons are never shown."""
+
+    __slots__ = ("_message", "_prefix", "blockers", "code")
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        message: str | None = None,
+        blockers: tuple[Blocker, ...] = (),
+        *,
+        prefix: str = "",
+    ) -> None:
+        self.code = code
+        self.blockers = blockers
+        self._message = message
+        self._prefix = prefix
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            self._message = self._prefix + blockers_message(self.blockers)
+        return self._message
+
+    def _key(self) -> tuple[ReasonCode, str, tuple[Blocker, ...]]:
+        return self.code, self.message, self.blockers
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PendingReason):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"PendingReason({self.code!r}, {self.message!r}, {self.blockers!r})"
 
     def detail(self) -> list[dict[str, str | None]]:
         """The blockers as data, once each, amounts as people read them: what a
@@ -97,6 +132,13 @@ class PendingReason:
             }
             for b in dict.fromkeys(self.blockers)
         ]
+
+
+def blockers_message(blockers: tuple[Blocker, ...]) -> str:
+    """Each distinct blocker's message, in order; "does not fit" without any."""
+    if not blockers:
+        return "does not fit"
+    return "; ".join(dict.fromkeys(b.message for b in blockers))
 
 
 def blocker_for(

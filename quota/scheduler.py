@@ -152,8 +152,8 @@ class Scheduler:
                 ),
             )
             if entry.reason is not None:
-                for name in (entry.workload.name, *alike):
-                    result.reasons[name] = entry.reason
+                result.reasons[entry.workload.name] = entry.reason
+                result.reasons.update(dict.fromkeys(alike, entry.reason))
 
     def _evict(self, cycle: _Cycle, result: CycleResult, now: float) -> None:
         touched = set()
@@ -264,20 +264,15 @@ class Scheduler:
         mode = entry.assignment.mode
         retry_flavors = entry.assignment.pending_flavors
         if mode is Mode.NO_FIT:
-            entry.mark(
-                Status.INADMISSIBLE,
-                _no_fit_code(entry),
-                _no_fit_message(entry),
-                immediate=retry_flavors,
-            )
+            entry.mark(Status.INADMISSIBLE, _no_fit_code(entry), None, immediate=retry_flavors)
             return
         if mode.needs_preemption and not entry.targets:
             entry.mark(
                 Status.INADMISSIBLE,
                 ReasonCode.NO_PREEMPTION_CANDIDATES,
-                "needs preemption, but no workload may be preempted for it: "
-                + _no_fit_message(entry),
+                None,
                 immediate=retry_flavors,
+                prefix="needs preemption, but no workload may be preempted for it: ",
             )
             if entry.queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
                 cycle.reserve(entry.queue, _to_reserve(entry))
@@ -411,10 +406,3 @@ def _admission(entry: Entry) -> Admission:
 def _no_fit_code(entry: Entry) -> ReasonCode:
     blockers = entry.assignment.blockers
     return blockers[-1].code if blockers else ReasonCode.INSUFFICIENT_QUOTA
-
-
-def _no_fit_message(entry: Entry) -> str:
-    blockers = entry.assignment.blockers
-    if not blockers:
-        return "does not fit"
-    return "; ".join(dict.fromkeys(b.message for b in blockers))
