@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain
@@ -62,6 +62,7 @@ _REASON = {
 }
 
 VictimKey = tuple[int, float, str]
+_Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
 _Ranked = tuple[VictimKey, AdmittedWorkload]
 
 
@@ -94,12 +95,14 @@ class CandidateIndex:
         ] = {}
         # (queue, flavor-resources) -> what :meth:`_entry` keeps
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
-        # (queue, flavor-resource) -> (the queue's admitted_version, the largest usage)
-        self._largest: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
+        self._reclaimable: dict[tuple[int, FlavorResource], int] = {}
+        # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
+        self._largest_kept: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
 
     def refresh(self) -> None:
         self._over.clear()
         self._over_children.clear()
+        self._reclaimable.clear()
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
@@ -168,13 +171,31 @@ class CandidateIndex:
             {fr: largest[count] for fr, largest in entry.largest.items()},
         )
 
-    def largest(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
+    def reclaimable(self, node: ResourceNode, fr: FlavorResource) -> int:
+        """The most removals can free of ``fr`` in the queues reached from ``node``
+        through children over nominal in ``fr`` (as :func:`_collect_subtree` reaches
+        them), each queue's all its usage but no more than its excess plus its
+        largest workload (see :func:`_within_excess`). A queue: its own."""
+        key = (id(node), fr)
+        kept = self._reclaimable.get(key)
+        if kept is not None:
+            return kept
+        if isinstance(node, ClusterQueueNode):
+            kept = _within_excess(node, fr, node.usage.get(fr, 0), self._largest(node, fr))
+        else:
+            assert isinstance(node, CohortNode)
+            cohorts, queues = self.children_over_nominal(node, frozenset((fr,)))
+            kept = sum(self.reclaimable(child, fr) for child in chain(cohorts, queues))
+        self._reclaimable[key] = kept
+        return kept
+
+    def _largest(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
         """The most any one of the queue's workloads uses of ``fr``."""
         key = (queue.name, fr)
-        kept = self._largest.get(key)
+        kept = self._largest_kept.get(key)
         if kept is None or kept[0] != queue.admitted_version:
             most = max((r.usage.get(fr, 0) for r in queue.admitted.values()), default=0)
-            kept = self._largest[key] = (queue.admitted_version, most)
+            kept = self._largest_kept[key] = (queue.admitted_version, most)
         return kept[1]
 
 
@@ -230,13 +251,12 @@ def classical_targets(
     if index is None:
         index = CandidateIndex(state)
     queue = request.queue
+    frs = request.needs_preemption
     same_queue = _same_queue_candidates(index, request)
+    own = _most_freed(same_queue, frs)
+    if len(frs) == 1 and _cannot_fit_at_all(request, own, *_reclaimable(index, request)):
+        return []  # decided from the cohorts' totals, before any candidate is listed
     near, far = _cohort_queues(index, request)
-    if all(
-        _cannot_fit(request, same_queue, near, far, allow_borrowing, index)
-        for allow_borrowing in (False, True)
-    ):
-        return []  # decided from the queues' totals, before their candidates are listed
     hierarchical = _streams(index, request, near, advantage=True)
     by_priority = _streams(index, request, far, advantage=False)
     policy = queue.spec.preemption
@@ -249,8 +269,9 @@ def classical_targets(
     else:
         attempts = (True, False)
     groups = (hierarchical, by_priority, same_queue)
+    near_freed, far_freed = _most_freed(hierarchical, frs), _most_freed(by_priority, frs)
     for allow_borrowing in attempts:
-        if _cannot_fit(request, same_queue, hierarchical, by_priority, allow_borrowing):
+        if _cannot_fit(request, own, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
         targets: list[Target] = []
         for candidate in _in_order(state, request, groups, allow_borrowing):
@@ -305,56 +326,97 @@ def _in_order(
 
 def _cannot_fit(
     request: PreemptionRequest,
-    same_queue: list[_Stream],
-    near: Sequence[_Stream | _Place],
-    far: Sequence[_Stream | _Place],
+    own: _Freed,
+    near: _Freed,
+    far: _Freed,
     allow_borrowing: bool,
-    index: CandidateIndex | None = None,
 ) -> bool:
     """Would the workload not fit even if every candidate went that an attempt could
     ever take? Then the attempt finds nothing, and it need not run.
 
-    A removal raises what the preemptor's queue has available by at most what it
-    frees. Of another queue's candidates, the attempt takes only while that queue is
-    over nominal: with one flavor-resource contested, at most the queue's excess plus
-    its largest candidate. An attempt that allows borrowing takes none of the ``far``
-    group (``by_priority``) when the queue may never borrow to preempt (see
-    :func:`_in_order`); one that does not allow it must fit the queue's nominal
-    quota, which only the queue's own candidates can make room in.
-
-    ``near`` and ``far`` are streams, or only the queues they would come from: then
-    (with ``index``) each queue's whole usage and largest workload stand for what its
-    stream would hold, which is no less.
+    ``own``, ``near`` and ``far``: the most the queue's own candidates, the
+    ``hierarchical`` and the ``by_priority`` groups can free (:func:`_most_freed`). A
+    removal raises what the preemptor's queue has available by at most what it
+    frees. An attempt that allows borrowing takes none of the ``far`` group when the
+    queue may never borrow to preempt (see :func:`_in_order`); one that does not
+    allow it must fit the queue's nominal quota, where only its own candidates can
+    make room.
     """
     queue = request.queue
-    frs = request.needs_preemption
-    single = len(frs) == 1
     if allow_borrowing and (
         queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
     ):
-        far = []
-    for fr in frs:
+        far = {}
+    for fr in request.needs_preemption:
         amount = request.usage.get(fr, 0)
-        own = sum(stream.freed[fr] for stream in same_queue)
+        mine = own.get(fr, 0)
         if not allow_borrowing and (
-            queue.usage.get(fr, 0) - own + amount > queue.quota(fr).nominal
+            queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal
         ):
             return True
-        most = queue_available(queue, fr) + own
-        for place in chain(near, far):
-            other = place.queue
-            if isinstance(place, _Stream):
-                freed, largest = place.freed[fr], place.largest[fr]
-            else:
-                assert index is not None
-                freed, largest = other.usage.get(fr, 0), index.largest(other, fr)
-            if single:
-                excess = other.usage.get(fr, 0) - other.subtree_quota.get(fr, 0)
-                freed = min(freed, excess + largest) if excess > 0 else 0
-            most += freed
+        most = queue_available(queue, fr) + mine + near.get(fr, 0) + far.get(fr, 0)
         if amount > most:
             return True
     return False
+
+
+def _cannot_fit_at_all(request: PreemptionRequest, own: _Freed, near: _Freed, far: _Freed) -> bool:
+    return _cannot_fit(request, own, near, far, False) and _cannot_fit(
+        request, own, near, far, True
+    )
+
+
+def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Freed:
+    """The most an attempt can free from ``streams``, per flavor-resource. Of another
+    queue's candidates it takes only while that queue is over nominal: with one
+    flavor-resource contested, at most the queue's excess plus its largest one."""
+    single = len(frs) == 1
+    freed = dict.fromkeys(frs, 0)
+    for stream in streams:
+        for fr in frs:
+            amount = stream.freed[fr]
+            if single and stream.lca is not None:
+                amount = _within_excess(stream.queue, fr, amount, stream.largest[fr])
+            freed[fr] += amount
+    return freed
+
+
+def _within_excess(queue: ClusterQueueNode, fr: FlavorResource, amount: int, largest: int) -> int:
+    """What removals from ``queue`` stop at: ``amount`` at most, and nothing once the
+    queue is back within nominal."""
+    excess = queue.usage.get(fr, 0) - queue.subtree_quota.get(fr, 0)
+    return min(amount, excess + largest) if excess > 0 else 0
+
+
+def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Freed, _Freed]:
+    """:func:`_most_freed` of the ``hierarchical`` and ``by_priority`` groups, bounded
+    from above by what every queue of theirs holds (not only what its policy lets
+    go), from :meth:`CandidateIndex.reclaimable`: one step per level of the tree,
+    where :func:`_cohort_queues` visits every queue. For one flavor-resource."""
+    queue = request.queue
+    frs = request.needs_preemption
+    (fr,) = frs
+    if queue.parent is None or (
+        queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
+    ):
+        return {}, {}
+    near = far = 0
+    advantage, remaining = _fits_in_quota(queue, dict(request.usage))
+    previous: ResourceNode = queue
+    node: ResourceNode | None = queue.parent
+    while node is not None:
+        assert isinstance(node, CohortNode)
+        amount = index.reclaimable(node, fr)
+        if index.over_nominal(previous, frs):
+            amount -= index.reclaimable(previous, fr)  # visited at a lower level, or the queue
+        if advantage:
+            near += amount
+        else:
+            far += amount
+        fits, remaining = _fits_in_quota(node, remaining)
+        advantage = advantage or fits
+        previous, node = node, node.parent
+    return {fr: near}, {fr: far}
 
 
 def _path_over_nominal(
