@@ -140,6 +140,8 @@ class ClusterState:
     # The budget clock, and what each queue was charged this period (tree units).
     now: datetime = datetime(2026, 11, 1, tzinfo=UTC)
     charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
+    # The names of the queues in each tree (by id of its root); the shape is fixed.
+    _tree_queues: dict[int, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: QuotaConfig) -> ClusterState:
@@ -192,6 +194,14 @@ class ClusterState:
             cohort = stack.pop()
             yield from cohort.child_queues
             stack.extend(cohort.child_cohorts)
+
+    def tree_queue_names(self, queue: ClusterQueueNode) -> frozenset[str]:
+        """The names of every queue in ``queue``'s tree, itself included."""
+        root = self.root_of(queue)
+        names = self._tree_queues.get(id(root))
+        if names is None:
+            names = self._tree_queues[id(root)] = frozenset(q.name for q in self.queues_under(root))
+        return names
 
     def generation(self, queue: ClusterQueueNode) -> int:
         return self.generations.get(id(self.root_of(queue)), 0)

@@ -260,6 +260,9 @@ class QueueManager:
             for spec in specs
         }
         self._ready: set[str] = set()  # queues that may have an active head
+        # Queues that may have workloads set aside: quota released in a tree of a
+        # thousand queues visits only these (the others have nothing to bring back).
+        self._parked: set[str] = set()
 
     def add(self, workload: Workload) -> None:
         self.queues[workload.cluster_queue].push(workload)
@@ -297,10 +300,14 @@ class QueueManager:
             queue.push(workload)
             self._ready.add(queue.name)
             return []
+        self._parked.add(queue.name)
         return queue.set_aside(workload, with_equivalents=alike)
 
     def requeue_inadmissible(self, queue_names: Iterable[str]) -> None:
-        for name in queue_names:
+        """Quota was released where these queues are: what they set aside waits again."""
+        names = queue_names if isinstance(queue_names, (set, frozenset)) else set(queue_names)
+        for name in self._parked & names:
+            self._parked.discard(name)
             if self.queues[name].requeue_inadmissible():
                 self._ready.add(name)
 

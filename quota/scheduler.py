@@ -173,8 +173,7 @@ class Scheduler:
 
     def quota_released(self, queue_name: str) -> None:
         """Quota came free in a queue's tree: its set-aside workloads get another try."""
-        root = self.state.root_of(self.state.queues[queue_name])
-        self.queues.requeue_inadmissible(q.name for q in self.state.queues_under(root))
+        self.queues.requeue_inadmissible(self.state.tree_queue_names(self.state.queues[queue_name]))
 
     # -- 2. nomination ------------------------------------------------------------------
 
