@@ -162,10 +162,13 @@ def _line_chart(
             f'<text x="{WIDTH - PAD}" y="{y(ceiling) - 4:.1f}" font-size="11"'
             f' text-anchor="end">capacity {ceiling:.0f}</text>'
         )
-    for _, xs, values, color in drawn:
+    for n, (_, xs, values, color) in enumerate(drawn):
         points = " ".join(f"{x(a):.1f},{y(v):.1f}" for a, v in zip(xs, values, strict=True))
+        # Each line is thinner than the one drawn before it, so that where two runs
+        # held the same GPUs the first still shows on both sides of the second.
+        width = 1.2 + 0.6 * (len(drawn) - 1 - n)
         parts.append(
-            f'<polyline fill="none" stroke="{color}" stroke-width="1.2" points="{points}"/>'
+            f'<polyline fill="none" stroke="{color}" stroke-width="{width:g}" points="{points}"/>'
         )
     parts.append(_legend([(name, color) for name, _, _, color in drawn], PAD + 8, PAD - 10))
     parts.append("</svg>")
@@ -404,6 +407,12 @@ def comparison_markdown(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_name(label: str, summary: dict[str, Any]) -> str:
+    """A run's name in a chart, which says when the run stopped before its end (its
+    waits then count only the jobs that completed by then)."""
+    return f"{label} (cut short)" if summary["truncated"] else label
+
+
 def utilization_comparison_svg(runs: Sequence[tuple[str, dict[str, Any]]], title: str = "") -> str:
     """An SVG document: GPUs in use over time, one line per run (label, summary), with
     the capacity dashed. Each run's series is drawn over its own span (a run stopped
@@ -416,7 +425,7 @@ def utilization_comparison_svg(runs: Sequence[tuple[str, dict[str, Any]]], title
         shift = (start - origin).total_seconds()
         lines.append(
             (
-                label,
+                _run_name(label, summary),
                 [shift + at for at in series["start"]],
                 series["used_gpus"],
                 COLORS[n % len(COLORS)],
@@ -442,7 +451,7 @@ def waits_comparison_svg(runs: Sequence[tuple[str, dict[str, Any]]], title: str 
             text = _duration(longest)
         rows.append(
             (
-                label,
+                _run_name(label, summary),
                 [*_wait_bars(summary["queueing_delay_s"], ("mean", "p95", "p99")), (longest, text)],
             )
         )

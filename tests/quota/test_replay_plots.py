@@ -108,8 +108,10 @@ def test_a_run_cut_short_is_drawn_over_its_own_span(
     assert short["truncated"]
     _, full = runs[0]
     assert short["series"]["start"][-1] < full["series"]["start"][-1]
-    root = parse(utilization_comparison_svg([("full", full), ("cut short", short)]))
+    root = parse(utilization_comparison_svg([("static", full), ("cohort", short)]))
+    assert "\u25a0 cohort (cut short)" in texts(root)  # the legend says which
     whole, cut = (points(line) for line in root.findall(SVG + "polyline"))
+    assert "cohort (cut short)" in texts(parse(waits_comparison_svg([("cohort", short)])))
     assert len(whole) == len(cut) == BUCKETS
     assert whole[0][0] == cut[0][0]  # both start at the first arrival
     assert cut[-1][0] < whole[-1][0]  # the cut run ends where it stopped
@@ -147,6 +149,7 @@ def test_a_value_label_is_the_formatted_duration() -> None:
     summary = {
         "queueing_delay_s": {"mean": 4 * 3600.0, "p95": 2 * 86400.0, "p99": 56 * 86400.0},
         "big_gangs": {"jobs": 3, "never_started": 0, "longest_wait_s": 90.0},
+        "truncated": None,
     }
     root = parse(waits_comparison_svg([("x", summary)]))
     words = texts(root)
