@@ -102,7 +102,8 @@ bench: install
 
 # The Philly trace replayed under the static, cohort and cohort-fair quota policies at
 # two capacity scales (563 and 704 GPUs), then the comparison table (README, Replaying
-# a GPU cluster's trace). Reports in .artifacts/replay/. Each run stops after
+# a GPU cluster's trace) and per scale two SVG charts, utilization-x{scale}.svg and
+# waits-x{scale}.svg. Reports in .artifacts/replay/. Each run stops after
 # REPLAY_TIMEOUT wall seconds and says so in the table.
 REPLAY_TRACES  ?= ../shared/data/traces
 REPLAY_TIMEOUT ?= 900

@@ -1,6 +1,9 @@
 """`make replay`: the Philly trace under the three quota policies at two capacity
 scales, one `ignara replay` process per run (so each one's peak memory is its own),
-then the comparison table: printed, and written with links to every run's report.
+then the comparison table: printed, and written with links to every run's report,
+and per scale two SVG charts comparing the policies (utilization-x{scale}.svg: GPUs in
+use over time; waits-x{scale}.svg: queueing delay and the longest 32+ GPU job's wait),
+shown in index.html under the table.
 
     python -m bench.replay --trace ../shared/data/traces/philly_2017_vc_jobs.csv \\
         --sizes ../shared/data/traces/philly_2017_vc_nodes.csv --out .artifacts/replay
@@ -14,15 +17,71 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from quota.replay.report import COMPARISON_COLUMNS, comparison_markdown, comparison_rows
+from quota.replay.report import (
+    COMPARISON_COLUMNS,
+    comparison_markdown,
+    comparison_rows,
+    utilization_comparison_svg,
+    waits_comparison_svg,
+)
 
 POLICIES = ("static", "cohort", "cohort-fair")
 
 
-def main() -> None:
+Run = tuple[float, str, dict[str, Any], str]  # scale, label, summary, report link
+
+
+def write_plots(out: Path, runs: Sequence[Run], trace: str) -> list[Path]:
+    """The two comparison charts of each scale's runs, in ``out``."""
+    written = []
+    for scale in dict.fromkeys(scale for scale, _, _, _ in runs):
+        same = [(label, summary) for at, label, summary, _ in runs if at == scale]
+        gpus = "/".join(sorted({str(summary["capacity_gpus"]) for _, summary in same}))
+        where = f"{Path(trace).name}, capacity x{scale:g} ({gpus} GPUs)"
+        for path, svg in (
+            (
+                out / f"utilization-x{scale:g}.svg",
+                utilization_comparison_svg(same, f"GPUs in use: {where}"),
+            ),
+            (
+                out / f"waits-x{scale:g}.svg",
+                waits_comparison_svg(same, f"Queueing delay (log scale): {where}"),
+            ),
+        ):
+            path.write_text(svg, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def write_index(out: Path, runs: Sequence[Run], plots: Sequence[Path], trace: str) -> None:
+    """index.html: the comparison table, each run linked to its report, then the charts."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COMPARISON_COLUMNS)
+    body = "".join(
+        "<tr>"
+        + f'<td><a href="{html.escape(link)}">{html.escape(row[0])}</a></td>'
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:])
+        + "</tr>"
+        for row, (_, _, _, link) in zip(
+            comparison_rows([(label, s) for _, label, s, _ in runs]), runs, strict=True
+        )
+    )
+    images = "".join(
+        f'<p><img src="{html.escape(path.name)}" alt="{html.escape(path.stem)}"></p>'
+        for path in plots
+    )
+    (out / "index.html").write_text(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Replay</title>'
+        "<style>table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px}"
+        f"img{{max-width:100%}}</style></head><body><h1>Replay: {html.escape(trace)}</h1>"
+        f"<table><tr>{head}</tr>{body}</table>{images}</body></html>\n"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", required=True)
     parser.add_argument("--sizes", required=True, help="team sizes (Philly's vc,node num)")
@@ -33,11 +92,11 @@ def main() -> None:
     parser.add_argument("--from", dest="start", default=None)
     parser.add_argument("--to", dest="end", default=None)
     parser.add_argument("--limit", type=int, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(args.out)
     cli = [sys.executable, "-m", "gateway.cli"]
     subprocess.run([*cli, "replay-quotas", args.sizes, "--out", str(out / "quotas")], check=True)
-    runs: list[tuple[str, dict[str, Any], str]] = []
+    runs: list[Run] = []
     for scale in (float(s) for s in args.scales.split(",")):
         for policy in args.policies.split(","):
             name = f"{policy}-x{scale:g}"
@@ -58,25 +117,13 @@ def main() -> None:
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
             summary = json.loads((out / name / "summary.json").read_text())
-            runs.append((f"{policy} x{scale:g}", summary, f"{name}/report.html"))
-    table = comparison_markdown([(label, s) for label, s, _ in runs])
+            runs.append((scale, f"{policy} x{scale:g}", summary, f"{name}/report.html"))
+    table = comparison_markdown([(label, s) for _, label, s, _ in runs])
     (out / "table.md").write_text(table)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COMPARISON_COLUMNS)
-    body = "".join(
-        "<tr>"
-        + f'<td><a href="{html.escape(link)}">{html.escape(row[0])}</a></td>'
-        + "".join(f"<td>{html.escape(cell)}</td>" for cell in row[1:])
-        + "</tr>"
-        for row, (_, _, link) in zip(
-            comparison_rows([(label, s) for label, s, _ in runs]), runs, strict=True
-        )
-    )
-    (out / "index.html").write_text(
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Replay</title>'
-        "<style>table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px}"
-        f"</style></head><body><h1>Replay: {html.escape(args.trace)}</h1>"
-        f"<table><tr>{head}</tr>{body}</table></body></html>\n"
-    )
+    plots = write_plots(out, runs, args.trace)
+    write_index(out, runs, plots, args.trace)
+    for path in (out / "table.md", out / "index.html", *plots):
+        print(f"wrote {path}", file=sys.stderr)
     print(table, end="")
 
 
