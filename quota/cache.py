@@ -227,14 +227,14 @@ class ClusterState:
     def run_use(self, record: AdmittedWorkload) -> dict[FlavorResource, int]:
         """What the run of ``record`` used of each budget this period, were it to end
         now: its request of the metered resource x its time inside the period."""
-        if record.started is None:
+        budgets = [fr for fr in record.usage if is_budget(fr.resource)]
+        if record.started is None or not budgets:
             return {}
         ran = seconds_between(record.started, self.now)
         seconds = overlap_seconds(record.started, ran, self.config.budget_period, self.now)
         return {
             fr: use(record.usage.get(FlavorResource(fr.flavor, metered(fr.resource)), 0), seconds)
-            for fr in record.usage
-            if is_budget(fr.resource)
+            for fr in budgets
         }
 
     def charge_budget(self, queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> None:

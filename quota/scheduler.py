@@ -360,6 +360,14 @@ class _Cycle:
     ) -> bool:
         """Does ``usage`` fit once everything preempted so far, and ``targets``, is gone
         (their real use of budgets charged)?"""
+        budgets = queue.budget_resources
+        if all(
+            fr.resource not in budgets and queue_available(queue, fr) >= amount
+            for fr, amount in usage.items()
+        ):
+            # Taking workloads away only adds room; only budgets can lose some (their
+            # use is charged), and none is asked for.
+            return True
         gone = {name: record for name, (record, _) in self.preempted.items()}
         gone |= {t.name: t.record for t in targets}
         with self.state.ended(gone.values()):
