@@ -135,7 +135,8 @@ class CandidateIndex:
             id(node) for node in nodes if node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0)
         )
 
-    def _entry(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> _Entry:
+    def candidates(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> _Entry:
+        """The queue's workloads using any of ``frs``, in victim order."""
         key = (queue.name, frs)
         entry = self._ranked.get(key)
         if entry is None or entry.version != queue.admitted_version:
@@ -149,27 +150,6 @@ class CandidateIndex:
             )
             entry = self._ranked[key] = _Entry(queue.admitted_version, ranked, frs)
         return entry
-
-    def ranked(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> list[_Ranked]:
-        """The queue's workloads using any of ``frs``, in victim order."""
-        return self._entry(queue, frs).ranked
-
-    def count_below(
-        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], priority: int
-    ) -> int:
-        """How many of :meth:`ranked` have a priority below ``priority``."""
-        return bisect.bisect_left(self._entry(queue, frs).priorities, priority)
-
-    def most_freed(
-        self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], count: int
-    ) -> tuple[dict[FlavorResource, int], dict[FlavorResource, int]]:
-        """The first ``count`` of :meth:`ranked`: their total usage, and the largest
-        one's, per flavor-resource of ``frs``."""
-        entry = self._entry(queue, frs)
-        return (
-            {fr: sums[count] for fr, sums in entry.sums.items()},
-            {fr: largest[count] for fr, largest in entry.largest.items()},
-        )
 
     def reclaimable(self, node: ResourceNode, fr: FlavorResource) -> int:
         """The most removals can free of ``fr`` in the queues reached from ``node``
@@ -202,7 +182,7 @@ class CandidateIndex:
 class _Entry:
     """A queue's workloads using any of some flavor-resources, in victim order, as of
     one ``admitted_version``; with running totals and maxima of their usage, for
-    :func:`_cannot_fit`."""
+    :func:`_most_freed`."""
 
     __slots__ = ("largest", "priorities", "ranked", "sums", "version")
 
@@ -229,9 +209,8 @@ class _Stream:
     queue: ClusterQueueNode
     lca: ResourceNode | None
     advantage: bool
-    ranked: list[_Ranked]
-    freed: dict[FlavorResource, int]  # the candidates' usage, all together
-    largest: dict[FlavorResource, int]  # the largest candidate's
+    entry: _Entry
+    stop: int  # the candidates are the first ``stop`` of ``entry.ranked``
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,12 +279,13 @@ def _in_order(
         request.queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
     )
     for streams in groups:
-        heap = [(stream.ranked[0][0], i, 0) for i, stream in enumerate(streams)]
+        heap = [(stream.entry.ranked[0][0], i, 0) for i, stream in enumerate(streams)]
         heapq.heapify(heap)
         while heap:
             _, i, position = heap[0]
             stream = streams[i]
-            record = stream.ranked[position][1]
+            ranked = stream.entry.ranked
+            record = ranked[position][1]
             variant = _variant(request, record, stream.queue is request.queue, stream.advantage)
             if variant is not _Variant.WITHIN_CQ and not _path_over_nominal(
                 request, stream.queue, stream.lca
@@ -313,8 +293,8 @@ def _in_order(
                 heapq.heappop(heap)  # and every later candidate of this stream
                 continue
             position += 1
-            if position < len(stream.ranked):
-                heapq.heapreplace(heap, (stream.ranked[position][0], i, position))
+            if position < stream.stop:
+                heapq.heapreplace(heap, (ranked[position][0], i, position))
             else:
                 heapq.heappop(heap)
             if allow_borrowing and variant is _Variant.RECLAIM_WITHOUT_BORROWING:
@@ -373,10 +353,11 @@ def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Free
     single = len(frs) == 1
     freed = dict.fromkeys(frs, 0)
     for stream in streams:
+        entry, stop = stream.entry, stream.stop
         for fr in frs:
-            amount = stream.freed[fr]
+            amount = entry.sums[fr][stop]
             if single and stream.lca is not None:
-                amount = _within_excess(stream.queue, fr, amount, stream.largest[fr])
+                amount = _within_excess(stream.queue, fr, amount, entry.largest[fr][stop])
             freed[fr] += amount
     return freed
 
@@ -455,21 +436,17 @@ def _stream(
     if rule == "Never":
         return None
     frs = request.needs_preemption
-    ranked = index.ranked(queue, frs)
-    if rule == "Any" or rule == "LowerPriority":
-        # Sorted by priority: the allowed ones come first.
-        count = len(ranked) if rule == "Any" else index.count_below(queue, frs, preemptor.priority)
-        if count == 0:
-            return None
-        freed, largest = index.most_freed(queue, frs, count)
-        return _Stream(queue, lca, advantage, ranked[:count], freed, largest)
-    ranked = ranked[: index.count_below(queue, frs, preemptor.priority + 1)]
-    ranked = [item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)]
-    if not ranked:
-        return None
-    freed = {fr: sum(r.usage.get(fr, 0) for _, r in ranked) for fr in frs}
-    largest = {fr: max(r.usage.get(fr, 0) for _, r in ranked) for fr in frs}
-    return _Stream(queue, lca, advantage, ranked, freed, largest)
+    entry = index.candidates(queue, frs)
+    # Sorted by priority: the allowed ones come first.
+    if rule == "Any":
+        stop = len(entry.ranked)
+    elif rule == "LowerPriority":
+        stop = bisect.bisect_left(entry.priorities, preemptor.priority)
+    else:
+        ranked = entry.ranked[: bisect.bisect_left(entry.priorities, preemptor.priority + 1)]
+        ranked = [item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)]
+        entry, stop = _Entry(entry.version, ranked, frs), len(ranked)
+    return _Stream(queue, lca, advantage, entry, stop) if stop else None
 
 
 def _variant(
