@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from litestar import Router
+from litestar.exceptions import ValidationException
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.console.backends import BackendPages
-from gateway.console.base import SignedOutError, signed_out
+from gateway.console.base import SignedOutError, bad_request, signed_out
 from gateway.console.cohorts_flavors import CohortPages, FlavorPages
 from gateway.console.keys import KeyPages
 from gateway.console.models import ModelPages
@@ -105,7 +106,7 @@ def console_router(
         ],
         middleware=[_secured],
         before_request=check_csrf,
-        exception_handlers={SignedOutError: signed_out},
+        exception_handlers={SignedOutError: signed_out, ValidationException: bad_request},
         opt={
             "exclude_from_auth": True,
             "console": ConsoleParts(

@@ -8,10 +8,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, Response
+from litestar.exceptions import ValidationException
 
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.html import esc, message
-from gateway.console.pages import _page, _redirect, _session_of, sessions_of
+from gateway.console.html import esc, layout, message
+from gateway.console.pages import _html, _page, _redirect, _session_of, sessions_of
 from gateway.console.sessions import Session
 
 __all__ = [
@@ -33,6 +34,25 @@ Again = Callable[[str, int], Awaitable[Response[Any]]]
 
 class SignedOutError(Exception):
     """No signed-in session: the answer is the sign-in page (:func:`signed_out`)."""
+
+
+def bad_request(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    """The console router's handler of a URL Litestar could not read (a query or path
+    parameter out of shape, as a hand-edited link has): a page saying which, where
+    the API answers JSON."""
+    problems = [
+        f"{item.get('key')}: {item.get('message')}"
+        for item in (exc.extra if isinstance(exc.extra, list) else [])
+        if isinstance(item, dict)
+    ]
+    text = "; ".join(problems) or exc.detail
+    body = message(
+        "error",
+        f"<p>This page cannot be shown for that address: {esc(text)}.</p>"
+        '<p><a href="/console">Back to the console</a></p>',
+        test_id="bad-request",
+    )
+    return _html(layout("Bad request", body), 400)
 
 
 def signed_out(request: Request[Any, Any, Any], exc: SignedOutError) -> Response[Any]:

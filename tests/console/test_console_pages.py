@@ -392,3 +392,26 @@ def test_every_new_change_needs_the_csrf_token(client: TestClient[Any]) -> None:
         assert 'data-testid="csrf-refused"' in answer.text
     assert spec_nominal(client, "team-a") == 4
     assert client.get("/api/v1/admin/tenants/alpha", headers=ADMIN).status_code == 200
+
+
+def test_a_console_address_with_a_parameter_out_of_shape_gets_a_page_not_json(
+    client: TestClient[Any],
+) -> None:
+    sign_in(client, ADMIN_KEY)
+    paths = (
+        "/console/usage?month=2026-13x",
+        "/console/usage?month=<script>",
+        "/console/workloads/x",
+    )
+    for path in paths:
+        answer = client.get(path)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.headers["content-type"].startswith("text/html")
+        assert 'data-testid="bad-request"' in answer.text
+        assert "<script>" not in answer.text.split("</head>")[1]  # nothing echoed raw
+    assert "month" in client.get("/console/usage?month=2026-13x").text  # names the parameter
+    # the API keeps answering JSON
+    api = client.get("/api/v1/usage?month=bad", headers=ADMIN)
+    assert api.status_code in (400, 422) and api.headers["content-type"].startswith(
+        "application/json"
+    )
