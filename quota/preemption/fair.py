@@ -64,13 +64,16 @@ Key = tuple[bool, float]
 _ZERO: Key = (False, 0.0)
 _NEGATIVE: Key = (False, -1.0)  # NEGATIVE_DRS
 _by_name = attrgetter("name")
+_name = attrgetter("workload.name")
+_admitted_at = attrgetter("admitted_at")
+_priority = attrgetter("workload.priority")
 
 
 class _NodeShare:
     """What a node's dominant resource share is computed from, besides its usage:
     fixed once the tree's quotas are set (``subtree`` tells if they were set again)."""
 
-    __slots__ = ("frs", "items", "lendable", "node", "root", "subtree", "weight")
+    __slots__ = ("frs", "items", "lendable", "node", "root", "single", "subtree", "weight")
 
     def __init__(self, node: ResourceNode) -> None:
         self.node = node
@@ -96,12 +99,23 @@ class _NodeShare:
                     self.lendable[fr.resource] = self.lendable.get(
                         fr.resource, 0
                     ) + potential_available(parent, fr)
+        # The usual tree shares one flavor-resource: its key is then a few operations.
+        self.single: tuple[FlavorResource, int, int] | None = None
+        if len(self.items) == 1:
+            fr, resource, quota = self.items[0]
+            self.single = (fr, quota, self.lendable.get(resource, 0))
 
     def key(self, usage: Mapping[FlavorResource, int]) -> tuple[Key, bool]:
         """The share of a node with ``usage``, and whether it borrows
         (``dominant_resource_share``, in its operation order)."""
         if self.root:
             return _ZERO, False
+        single = self.single
+        if single is not None:
+            over = usage.get(single[0], 0) - single[1]
+            if over <= 0:
+                return _ZERO, False
+            return self._single_key(over, single[2]), True
         borrowed: dict[str, int] = {}
         for fr, resource, quota in self.items:
             over = usage.get(fr, 0) - quota
@@ -119,6 +133,16 @@ class _NodeShare:
         if self.root:
             return _ZERO
         usage = self.node.usage
+        single = self.single
+        if single is not None:
+            fr = single[0]
+            amount = removed.get(fr, 0)
+            if amount:
+                amount = _reaching(path, fr, amount)
+            over = usage.get(fr, 0) - amount - single[1]
+            if over <= 0:
+                return _ZERO
+            return self._single_key(over, single[2])
         borrowed: dict[str, int] = {}
         for fr, resource, quota in self.items:
             amount = removed.get(fr, 0)
@@ -130,6 +154,18 @@ class _NodeShare:
         if not borrowed:
             return _ZERO
         return self._key(borrowed)
+
+    def _single_key(self, amount: int, total: int) -> Key:
+        """:meth:`_key` of one borrowed resource."""
+        ratio = 0.0
+        if total > 0:
+            value = float(amount) * 1000.0 / float(total)
+            if value > ratio:
+                ratio = value
+        weight = self.weight
+        if weight == 0:
+            return (True, ratio)
+        return (False, 0.0 if ratio == 0 else ratio / weight)
 
     def _key(self, borrowed: dict[str, int]) -> Key:
         ratio = 0.0
@@ -175,12 +211,6 @@ class _Pair:
         return (
             self.mine.subtree is self.mine.node.subtree_quota
             and self.theirs.subtree is self.theirs.node.subtree_quota
-        )
-
-    def shares(self) -> tuple[Key, Key]:
-        return (
-            self.mine.key(self.mine.node.usage)[0],
-            self.theirs.key(self.theirs.node.usage)[0],
         )
 
 
@@ -234,10 +264,12 @@ class FairIndex:
         key = (queue.name, needs)
         entry = self._ranked.get(key)
         if entry is None or entry[0] != queue.admitted_version:
-            records = sorted(
-                (r for r in queue.admitted.values() if any(fr in needs for fr in r.usage)),
-                key=_victim_order,
-            )
+            records = [r for r in queue.admitted.values() if not needs.isdisjoint(r.usage)]
+            # _victim_order, as three stable sorts on keys read in C: by name, then
+            # most recently admitted first, then by priority.
+            records.sort(key=_name)
+            records.sort(key=_admitted_at, reverse=True)
+            records.sort(key=_priority)
             entry = self._ranked[key] = (
                 queue.admitted_version,
                 records,
@@ -283,10 +315,6 @@ def fair_targets(
     targets = fill_back(state, request, targets, True)
     restore(state, (t.record for t in targets))
     return targets
-
-
-def _victim_order(record: AdmittedWorkload) -> tuple[int, float, str]:
-    return (record.priority, -record.admitted_at, record.name)
 
 
 def _order(record: AdmittedWorkload, preemptor_queue: str) -> tuple[bool, int, float, str]:
@@ -353,12 +381,15 @@ def _nothing_to_evict(index: FairIndex, queue: ClusterQueueNode, candidates: Can
     if queue.parent is None or queue.name in candidates:
         return False  # own candidates go without a check
     queues = index.state.queues
+    mine_keys: dict[int, Key] = {}  # in a flat cohort, one side for every queue
     for name in candidates:
         pair = index.pair(queue, queues[name])
         if pair.mine.weight < 0 or pair.theirs.weight < 0:
             return False
-        mine, theirs = pair.shares()
-        if mine <= theirs:
+        mine = mine_keys.get(id(pair.mine))
+        if mine is None:
+            mine = mine_keys[id(pair.mine)] = pair.mine.key(pair.mine.node.usage)[0]
+        if mine <= pair.theirs.key(pair.theirs.node.usage)[0]:
             return False
     return True
 
@@ -378,6 +409,7 @@ def _first_pass(
         if target_queue is queue or within_nominal:
             record = ordering.pop(target_queue)
             simulate_removal(state, record)
+            ordering.changed()
             reason = (
                 PreemptionReason.IN_CLUSTER_QUEUE
                 if target_queue is queue
@@ -387,28 +419,39 @@ def _first_pass(
                 return retry, True
             continue
         pair = index.pair(queue, target_queue)
-        preemptor_share, target_old = pair.shares()
+        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
         if preemptor_share[0] and not target_old[0]:  # only the preemptor borrows at weight 0
             retry.extend(ordering.pop_all(target_queue))
             continue
         # Nothing changes while this queue's candidates are tried: the test depends
         # only on what a candidate holds of the flavor-resources its side's share reads.
         theirs, path, frs = pair.theirs, pair.path, pair.theirs.frs
-        passes: dict[tuple[int, ...], bool] = {}
-        while ordering.has(target_queue):
-            record = ordering.pop(target_queue)
+        single = frs[0] if len(frs) == 1 else None
+        passes: dict[object, bool] = {}
+        pending = ordering.targets[target_queue.name]
+        taken = None
+        while pending:
+            record = pending.popleft()
             usage = record.usage
-            held = tuple([usage.get(fr, 0) for fr in frs])
+            held: object = (
+                usage.get(single, 0)
+                if single is not None
+                else tuple([usage.get(fr, 0) for fr in frs])
+            )
             passed = passes.get(held)
             if passed is None:
                 # compare_drs(preemptor, target_new) <= 0
                 passed = passes[held] = preemptor_share <= theirs.key_without(path, usage)
             if passed:
-                simulate_removal(state, record)
-                if on_target(Target(record, PreemptionReason.IN_COHORT_FAIR_SHARING)):
-                    return retry, True
-                break  # shares changed: choose the target subtree again from the root
+                taken = record
+                break
             retry.append(record)
+        if taken is not None:
+            simulate_removal(state, taken)
+            ordering.changed()
+            if on_target(Target(taken, PreemptionReason.IN_COHORT_FAIR_SHARING)):
+                return retry, True
+            # shares changed: choose the target subtree again from the root
     return retry, False
 
 
@@ -425,10 +468,12 @@ def _second_pass(
         grouped.setdefault(record.admission.cluster_queue, []).append(record)
     ordering = _TargetOrdering(state, index, queue, grouped)
     for target_queue in ordering.iter_targets():
-        preemptor_share, target_old = index.pair(queue, target_queue).shares()
+        pair = index.pair(queue, target_queue)
+        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
         record = ordering.pop(target_queue)
         if preemptor_share < target_old:  # compare_drs(preemptor, target_old) < 0
             simulate_removal(state, record)
+            ordering.changed()
             if on_target(Target(record, PreemptionReason.IN_COHORT_FAIR_SHARING)):
                 return True
         ordering.pop_all(target_queue)  # at most one candidate per queue in this pass
@@ -468,6 +513,18 @@ class _TargetOrdering:
         self.ancestors = {id(node) for node in path_to_root(preemptor)[1:]}
         self.pruned_queues: set[str] = set()
         self.pruned_cohorts: set[str] = set()
+        # Shares by node, as usage stands: kept until an eviction (see changed).
+        self.keys: dict[int, tuple[Key, bool]] = {}
+
+    def key(self, share: _NodeShare) -> tuple[Key, bool]:
+        found = self.keys.get(id(share.node))
+        if found is None:
+            found = self.keys[id(share.node)] = share.key(share.node.usage)
+        return found
+
+    def changed(self) -> None:
+        """Usage changed (an eviction was simulated): shares are read afresh."""
+        self.keys.clear()
 
     def has(self, queue: ClusterQueueNode) -> bool:
         return bool(self.targets.get(queue.name))
@@ -501,7 +558,7 @@ class _TargetOrdering:
         for queue in queues:
             if queue.name in self.pruned_queues:
                 continue
-            share, borrowing = index.key(queue)
+            share, borrowing = self.key(index.share(queue))
             if (not borrowing and queue is not self.preemptor) or not self.has(queue):
                 self.pruned_queues.add(queue.name)
                 continue
@@ -516,7 +573,7 @@ class _TargetOrdering:
         for child in cohorts:
             if child.name in self.pruned_cohorts:
                 continue
-            share, borrowing = index.key(child)
+            share, borrowing = self.key(index.share(child))
             if not borrowing and id(child) not in self.ancestors:
                 self.pruned_cohorts.add(child.name)
             elif share >= best_cohort_share:
