@@ -230,6 +230,7 @@ class FairIndex:
         self._pairs: dict[tuple[int, int], _Pair] = {}
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Ranked] = {}
         self._children: dict[int, tuple[list[ClusterQueueNode], list[CohortNode]]] = {}
+        self._members: dict[int, list[ClusterQueueNode]] = {}
 
     def share(self, node: ResourceNode) -> _NodeShare:
         found = self._shares.get(id(node))
@@ -248,6 +249,13 @@ class FairIndex:
             below = tuple(path[: path.index(theirs)])
             found = _Pair(self.share(mine), self.share(theirs), below)
             self._pairs[(id(preemptor), id(target))] = found
+        return found
+
+    def members(self, root: ResourceNode) -> list[ClusterQueueNode]:
+        """``state.queues_under(root)``, in its order (the tree's shape is fixed)."""
+        found = self._members.get(id(root))
+        if found is None:
+            found = self._members[id(root)] = list(self.state.queues_under(root))
         return found
 
     def children(self, cohort: CohortNode) -> tuple[list[ClusterQueueNode], list[CohortNode]]:
@@ -349,10 +357,15 @@ def _candidates(
     if policy.within_cluster_queue is not WithinClusterQueue.NEVER:
         add(queue, policy.within_cluster_queue)
     if queue.parent is not None and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER:
-        for other in state.queues_under(state.root_of(queue)):
-            if other is queue or not any(other.is_borrowing(fr) for fr in needs):
+        contested = tuple(needs)
+        for other in index.members(state.root_of(queue)):
+            if other is queue:
                 continue
-            add(other, policy.reclaim_within_cohort)
+            usage = other.usage
+            for fr in contested:
+                if usage.get(fr, 0) > other.quota(fr).nominal:  # other.is_borrowing(fr)
+                    add(other, policy.reclaim_within_cohort)
+                    break
     return found, monotone
 
 
@@ -401,10 +414,12 @@ def _first_pass(
     candidates: Candidates,
     within_nominal: bool,
     on_target: Callable[[Target], bool],
-) -> tuple[list[AdmittedWorkload], bool]:
+) -> tuple[Candidates, bool]:
+    """Returns the candidates left for the second pass (by queue, in order: the
+    second pass groups them by queue) and whether the search stopped."""
     queue = request.queue
     ordering = _TargetOrdering(state, index, queue, candidates)
-    retry: list[AdmittedWorkload] = []
+    retry: Candidates = {}
     for target_queue in ordering.iter_targets():
         if target_queue is queue or within_nominal:
             record = ordering.pop(target_queue)
@@ -421,7 +436,7 @@ def _first_pass(
         pair = index.pair(queue, target_queue)
         preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
         if preemptor_share[0] and not target_old[0]:  # only the preemptor borrows at weight 0
-            retry.extend(ordering.pop_all(target_queue))
+            retry.setdefault(target_queue.name, []).extend(ordering.pop_all(target_queue))
             continue
         # Nothing changes while this queue's candidates are tried: the test depends
         # only on what a candidate holds of the flavor-resources its side's share reads.
@@ -429,6 +444,7 @@ def _first_pass(
         single = frs[0] if len(frs) == 1 else None
         passes: dict[object, bool] = {}
         pending = ordering.targets[target_queue.name]
+        left = retry.setdefault(target_queue.name, [])
         taken = None
         while pending:
             record = pending.popleft()
@@ -445,7 +461,7 @@ def _first_pass(
             if passed:
                 taken = record
                 break
-            retry.append(record)
+            left.append(record)
         if taken is not None:
             simulate_removal(state, taken)
             ordering.changed()
@@ -459,14 +475,11 @@ def _second_pass(
     state: ClusterState,
     index: FairIndex,
     request: PreemptionRequest,
-    retry: list[AdmittedWorkload],
+    retry: Candidates,
     on_target: Callable[[Target], bool],
 ) -> bool:
     queue = request.queue
-    grouped: Candidates = {}
-    for record in retry:
-        grouped.setdefault(record.admission.cluster_queue, []).append(record)
-    ordering = _TargetOrdering(state, index, queue, grouped)
+    ordering = _TargetOrdering(state, index, queue, retry)
     for target_queue in ordering.iter_targets():
         pair = index.pair(queue, target_queue)
         preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
