@@ -222,7 +222,9 @@ _Ranked = tuple[int, list[AdmittedWorkload], list[int], bool]
 class FairIndex:
     """What fair-sharing searches read that outlives one search. Everything kept is
     either derived from quotas (fixed once the tree is built) or checked against the
-    queue's ``admitted_version``; usage is always read live."""
+    queue's ``admitted_version`` (which :meth:`ClusterState.without` puts back only
+    with the same workloads; no search runs inside it); usage is always read live,
+    so nothing here needs refreshing between cycles."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
@@ -290,6 +292,9 @@ class FairIndex:
 def fair_targets(
     state: ClusterState, request: PreemptionRequest, index: FairIndex | None = None
 ) -> list[Target]:
+    """The workloads to evict so that ``request`` fits, or ``[]``: exactly those of
+    :func:`quota.preemption.fair_reference.fair_targets`. ``index`` may be kept from
+    one search to the next (a fresh one is made otherwise)."""
     if index is None:
         index = FairIndex(state)
     candidates, monotone = _candidates(state, index, request)
