@@ -233,6 +233,7 @@ class FairIndex:
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Ranked] = {}
         self._children: dict[int, tuple[list[ClusterQueueNode], list[CohortNode]]] = {}
         self._members: dict[int, list[ClusterQueueNode]] = {}
+        self._nominals: dict[tuple[int, FlavorResource], list[tuple[ClusterQueueNode, int]]] = {}
 
     def share(self, node: ResourceNode) -> _NodeShare:
         found = self._shares.get(id(node))
@@ -258,6 +259,17 @@ class FairIndex:
         found = self._members.get(id(root))
         if found is None:
             found = self._members[id(root)] = list(self.state.queues_under(root))
+        return found
+
+    def nominals(
+        self, root: ResourceNode, fr: FlavorResource
+    ) -> list[tuple[ClusterQueueNode, int]]:
+        """Each queue of :meth:`members` with its nominal quota of ``fr``."""
+        found = self._nominals.get((id(root), fr))
+        if found is None:
+            found = self._nominals[(id(root), fr)] = [
+                (queue, queue.quota(fr).nominal) for queue in self.members(root)
+            ]
         return found
 
     def children(self, cohort: CohortNode) -> tuple[list[ClusterQueueNode], list[CohortNode]]:
@@ -362,15 +374,17 @@ def _candidates(
     if policy.within_cluster_queue is not WithinClusterQueue.NEVER:
         add(queue, policy.within_cluster_queue)
     if queue.parent is not None and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER:
-        contested = tuple(needs)
-        for other in index.members(state.root_of(queue)):
-            if other is queue:
-                continue
-            usage = other.usage
-            for fr in contested:
-                if usage.get(fr, 0) > other.quota(fr).nominal:  # other.is_borrowing(fr)
-                    add(other, policy.reclaim_within_cohort)
-                    break
+        root = state.root_of(queue)
+        rule = policy.reclaim_within_cohort
+        if len(needs) == 1:  # the usual case: one pass over (queue, nominal quota) pairs
+            (fr,) = needs
+            for other, nominal in index.nominals(root, fr):
+                if other.usage.get(fr, 0) > nominal and other is not queue:
+                    add(other, rule)  # other.is_borrowing(fr)
+        else:
+            for other in index.members(root):
+                if other is not queue and any(other.is_borrowing(fr) for fr in needs):
+                    add(other, rule)
     return found, monotone
 
 
