@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 from quota.cache import ClusterState
 from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
-from quota.preemption import classical_reference
+from quota.preemption import classical_reference, fair_reference
 from quota.preemption.classical import CandidateIndex, classical_targets
 from quota.preemption.common import PreemptionReason, PreemptionRequest, Target
-from quota.preemption.fair import fair_targets
+from quota.preemption.fair import FairIndex, fair_targets
 from quota.resources import FlavorResource
 
 __all__ = ["PreemptionReason", "PreemptionRequest", "Preemptor", "Target"]
@@ -21,8 +21,8 @@ _RequestKey = tuple[int, str, tuple[tuple[FlavorResource, int], ...], frozenset[
 class Preemptor:
     """Finds targets against the live state, which it leaves as it found it.
 
-    ``reference`` selects the plain classical search (for tests that compare the two;
-    the decisions are the same)."""
+    ``reference`` selects the plain searches, classical and fair sharing (for tests
+    that compare them with the fast ones; the decisions are the same)."""
 
     def __init__(
         self, state: ClusterState, *, fair_sharing: bool = False, reference: bool = False
@@ -31,6 +31,7 @@ class Preemptor:
         self.fair_sharing = fair_sharing
         self.reference = reference
         self._index = CandidateIndex(state)
+        self._fair = FairIndex(state)  # holds nothing that usage changes: never refreshed
         self._frozen = False
         # While frozen: the targets found for each request, by the preemptor (kept so
         # its id is not reused), its queue, usage and flavor-resources. Nomination asks
@@ -60,7 +61,7 @@ class Preemptor:
             return []  # nothing may ever be evicted for this queue
         if self.reference:
             if self.fair_sharing:
-                return fair_targets(self.state, request)
+                return fair_reference.fair_targets(self.state, request)
             return classical_reference.classical_targets(self.state, request)
         if not self._frozen:
             return self._search(request)
@@ -78,5 +79,5 @@ class Preemptor:
 
     def _search(self, request: PreemptionRequest) -> list[Target]:
         if self.fair_sharing:
-            return fair_targets(self.state, request)
+            return fair_targets(self.state, request, self._fair)
         return classical_targets(self.state, request, self._index if self._frozen else None)

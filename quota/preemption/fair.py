@@ -11,16 +11,36 @@
    within nominal, go without a check. Pass 2: one more per queue if the
    preemptor's share is below the target's current share.
 4. Stop as soon as the workload fits; give back what it does not need.
+
+The targets are exactly those of :mod:`quota.preemption.fair_reference`
+(``tests/quota/test_churn_equivalence.py`` plays both); what differs is the cost.
+A :class:`FairIndex`, kept by the preemptor, holds what does not change from one
+search to the next: each queue's workloads in victim order (until its admitted
+workloads change), and per node what its share is computed from besides its
+usage (its flavor-resources and their quotas, what its parent could ever lend),
+so a share is a few integer operations on the node's usage and a comparison of
+two shares is one of two tuples (:data:`Key`). A share after a candidate's
+eviction is computed from what the eviction would take off the node (the
+arithmetic of :func:`quota.tree.remove_usage`, without changing the tree), once
+per distinct usage in each visit of a queue.
+
+And a search in which nothing can ever be evicted ends at once (most searches of
+a busy cohort are such): when the preemptor borrows and has no candidate of its
+own, a candidate goes only if the preemptor's share is at most the current share
+of the candidate's side, since an eviction never raises the share of the side it
+leaves; if that holds on no side before the first eviction, there is none.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from operator import attrgetter
 
+from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState, CohortNode
-from quota.fair_sharing import DRS, NEGATIVE_DRS, compare_drs, dominant_resource_share
-from quota.model import ReclaimWithinCohort, WithinClusterQueue
+from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
 from quota.preemption.common import (
     PreemptionReason,
     PreemptionRequest,
@@ -31,27 +51,268 @@ from quota.preemption.common import (
     simulate_removal,
     workload_fits,
 )
-from quota.tree import ResourceNode, path_to_root
+from quota.resources import FlavorResource
+from quota.tree import ResourceNode, path_to_root, potential_available
 
-__all__ = ["fair_targets"]
+__all__ = ["FairIndex", "Key", "fair_targets"]
 
-Strategy = Callable[[DRS, DRS, DRS], bool]
+# A dominant resource share reduced to what compare_drs reads: (borrows with a zero
+# weight, its ratio if so, else its weighted share). compare_drs(a, b) is the
+# comparison of the two keys: a zero-weight borrower is above every other share, and
+# two of them compare by ratio, the rest by weighted share.
+Key = tuple[bool, float]
+_ZERO: Key = (False, 0.0)
+_NEGATIVE: Key = (False, -1.0)  # NEGATIVE_DRS
+_by_name = attrgetter("name")
+_name = attrgetter("workload.name")
+_admitted_at = attrgetter("admitted_at")
+_priority = attrgetter("workload.priority")
 
 
-def _less_or_equal_to_final_share(preemptor: DRS, target_old: DRS, target_new: DRS) -> bool:
-    return compare_drs(preemptor, target_new) <= 0
+class _NodeShare:
+    """What a node's dominant resource share is computed from, besides its usage:
+    fixed once the tree's quotas are set (``subtree`` tells if they were set again)."""
+
+    __slots__ = ("frs", "items", "lendable", "node", "root", "single", "subtree", "weight")
+
+    def __init__(self, node: ResourceNode) -> None:
+        self.node = node
+        self.subtree = node.subtree_quota
+        self.weight = node.weight
+        parent = node.parent
+        self.root = parent is None
+        # Budgets are not shares of the pool.
+        self.items = [
+            (fr, fr.resource, quota)
+            for fr, quota in node.subtree_quota.items()
+            if not is_budget(fr.resource)
+        ]
+        self.frs = tuple(fr for fr, _, _ in self.items)
+        self.lendable: dict[str, int] = {}
+        if parent is not None:
+            top = parent
+            while top.parent is not None:
+                top = top.parent
+            resources = {resource for _, resource, _ in self.items}
+            for fr in top.subtree_quota:
+                if fr.resource in resources:
+                    self.lendable[fr.resource] = self.lendable.get(
+                        fr.resource, 0
+                    ) + potential_available(parent, fr)
+        # The usual tree shares one flavor-resource: its key is then a few operations.
+        self.single: tuple[FlavorResource, int, int] | None = None
+        if len(self.items) == 1:
+            fr, resource, quota = self.items[0]
+            self.single = (fr, quota, self.lendable.get(resource, 0))
+
+    def key(self, usage: Mapping[FlavorResource, int]) -> tuple[Key, bool]:
+        """The share of a node with ``usage``, and whether it borrows
+        (``dominant_resource_share``, in its operation order)."""
+        if self.root:
+            return _ZERO, False
+        single = self.single
+        if single is not None:
+            over = usage.get(single[0], 0) - single[1]
+            if over <= 0:
+                return _ZERO, False
+            return self._single_key(over, single[2]), True
+        borrowed: dict[str, int] = {}
+        for fr, resource, quota in self.items:
+            over = usage.get(fr, 0) - quota
+            if over > 0:
+                borrowed[resource] = borrowed.get(resource, 0) + over
+        if not borrowed:
+            return _ZERO, False
+        return self._key(borrowed), True
+
+    def key_without(
+        self, path: tuple[ResourceNode, ...], removed: Mapping[FlavorResource, int]
+    ) -> Key:
+        """The share of the node were ``removed`` refunded to ``path[0]``, a queue
+        below it (``path`` runs from that queue up to the node's child)."""
+        if self.root:
+            return _ZERO
+        usage = self.node.usage
+        single = self.single
+        if single is not None:
+            fr = single[0]
+            amount = removed.get(fr, 0)
+            if amount:
+                amount = _reaching(path, fr, amount)
+            over = usage.get(fr, 0) - amount - single[1]
+            if over <= 0:
+                return _ZERO
+            return self._single_key(over, single[2])
+        borrowed: dict[str, int] = {}
+        for fr, resource, quota in self.items:
+            amount = removed.get(fr, 0)
+            if amount:
+                amount = _reaching(path, fr, amount)
+            over = usage.get(fr, 0) - amount - quota
+            if over > 0:
+                borrowed[resource] = borrowed.get(resource, 0) + over
+        if not borrowed:
+            return _ZERO
+        return self._key(borrowed)
+
+    def _single_key(self, amount: int, total: int) -> Key:
+        """:meth:`_key` of one borrowed resource."""
+        ratio = 0.0
+        if total > 0:
+            value = float(amount) * 1000.0 / float(total)
+            if value > ratio:
+                ratio = value
+        weight = self.weight
+        if weight == 0:
+            return (True, ratio)
+        return (False, 0.0 if ratio == 0 else ratio / weight)
+
+    def _key(self, borrowed: dict[str, int]) -> Key:
+        ratio = 0.0
+        lendable = self.lendable
+        for resource, amount in borrowed.items():
+            total = lendable.get(resource, 0)
+            if total > 0:
+                value = float(amount) * 1000.0 / float(total)
+                if value > ratio:
+                    ratio = value
+        weight = self.weight
+        if weight == 0:
+            return (True, ratio)
+        return (False, 0.0 if ratio == 0 else ratio / weight)
 
 
-def _less_than_initial_share(preemptor: DRS, target_old: DRS, target_new: DRS) -> bool:
-    return compare_drs(preemptor, target_old) < 0
+def _reaching(path: tuple[ResourceNode, ...], fr: FlavorResource, amount: int) -> int:
+    """What :func:`quota.tree.remove_usage` of ``amount`` at ``path[0]`` takes off the
+    node above ``path[-1]``: each node passes up at most what it had stored there."""
+    for node in path:
+        stored = node.usage.get(fr, 0) - node.guaranteed.get(fr, 0)
+        if stored <= 0:
+            return 0
+        if amount > stored:
+            amount = stored
+    return amount
 
 
-def fair_targets(state: ClusterState, request: PreemptionRequest) -> list[Target]:
-    candidates = _candidates(state, request)
+class _Pair:
+    """A preemptor's queue and a target queue: the children of their lowest common
+    ancestor on each side, and the target's path up to its side's child."""
+
+    __slots__ = ("mine", "path", "theirs")
+
+    def __init__(
+        self, mine: _NodeShare, theirs: _NodeShare, path: tuple[ResourceNode, ...]
+    ) -> None:
+        self.mine = mine
+        self.theirs = theirs
+        self.path = path
+
+    def fresh(self) -> bool:
+        return (
+            self.mine.subtree is self.mine.node.subtree_quota
+            and self.theirs.subtree is self.theirs.node.subtree_quota
+        )
+
+
+# (the queue's admitted_version, workloads using a contested flavor-resource in victim
+# order, their priorities, whether every amount they hold is non-negative)
+_Ranked = tuple[int, list[AdmittedWorkload], list[int], bool]
+
+
+class FairIndex:
+    """What fair-sharing searches read that outlives one search. Everything kept is
+    either derived from quotas (fixed once the tree is built) or checked against the
+    queue's ``admitted_version`` (which :meth:`ClusterState.without` puts back only
+    with the same workloads; no search runs inside it); usage is always read live,
+    so nothing here needs refreshing between cycles."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._shares: dict[int, _NodeShare] = {}
+        self._pairs: dict[tuple[int, int], _Pair] = {}
+        self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Ranked] = {}
+        self._children: dict[int, tuple[list[ClusterQueueNode], list[CohortNode]]] = {}
+        self._members: dict[int, list[ClusterQueueNode]] = {}
+        self._nominals: dict[tuple[int, FlavorResource], list[tuple[ClusterQueueNode, int]]] = {}
+
+    def share(self, node: ResourceNode) -> _NodeShare:
+        found = self._shares.get(id(node))
+        if found is None or found.node is not node or found.subtree is not node.subtree_quota:
+            found = self._shares[id(node)] = _NodeShare(node)
+        return found
+
+    def key(self, node: ResourceNode) -> tuple[Key, bool]:
+        return self.share(node).key(node.usage)
+
+    def pair(self, preemptor: ClusterQueueNode, target: ClusterQueueNode) -> _Pair:
+        found = self._pairs.get((id(preemptor), id(target)))
+        if found is None or not found.fresh():
+            mine, theirs = _almost_lcas(preemptor, target)
+            path = path_to_root(target)
+            below = tuple(path[: path.index(theirs)])
+            found = _Pair(self.share(mine), self.share(theirs), below)
+            self._pairs[(id(preemptor), id(target))] = found
+        return found
+
+    def members(self, root: ResourceNode) -> list[ClusterQueueNode]:
+        """``state.queues_under(root)``, in its order (the tree's shape is fixed)."""
+        found = self._members.get(id(root))
+        if found is None:
+            found = self._members[id(root)] = list(self.state.queues_under(root))
+        return found
+
+    def nominals(
+        self, root: ResourceNode, fr: FlavorResource
+    ) -> list[tuple[ClusterQueueNode, int]]:
+        """Each queue of :meth:`members` with its nominal quota of ``fr``."""
+        found = self._nominals.get((id(root), fr))
+        if found is None:
+            found = self._nominals[(id(root), fr)] = [
+                (queue, queue.quota(fr).nominal) for queue in self.members(root)
+            ]
+        return found
+
+    def children(self, cohort: CohortNode) -> tuple[list[ClusterQueueNode], list[CohortNode]]:
+        """The cohort's child queues and child cohorts, each by name."""
+        found = self._children.get(id(cohort))
+        if found is None:
+            found = self._children[id(cohort)] = (
+                sorted(cohort.child_queues, key=_by_name),
+                sorted(cohort.child_cohorts, key=_by_name),
+            )
+        return found
+
+    def ranked(self, queue: ClusterQueueNode, needs: frozenset[FlavorResource]) -> _Ranked:
+        key = (queue.name, needs)
+        entry = self._ranked.get(key)
+        if entry is None or entry[0] != queue.admitted_version:
+            records = [r for r in queue.admitted.values() if not needs.isdisjoint(r.usage)]
+            # _victim_order, as three stable sorts on keys read in C: by name, then
+            # most recently admitted first, then by priority.
+            records.sort(key=_name)
+            records.sort(key=_admitted_at, reverse=True)
+            records.sort(key=_priority)
+            entry = self._ranked[key] = (
+                queue.admitted_version,
+                records,
+                [r.priority for r in records],
+                all(amount >= 0 for r in records for amount in r.usage.values()),
+            )
+        return entry
+
+
+def fair_targets(
+    state: ClusterState, request: PreemptionRequest, index: FairIndex | None = None
+) -> list[Target]:
+    """The workloads to evict so that ``request`` fits, or ``[]``: exactly those of
+    :func:`quota.preemption.fair_reference.fair_targets`. ``index`` may be kept from
+    one search to the next (a fresh one is made otherwise)."""
+    if index is None:
+        index = FairIndex(state)
+    candidates, monotone = _candidates(state, index, request)
     if not candidates:
         return []
     queue = request.queue
-    candidates.sort(key=lambda r: _order(r, queue.name))
     targets: list[Target] = []
     fits = False
 
@@ -65,9 +326,12 @@ def fair_targets(state: ClusterState, request: PreemptionRequest) -> list[Target
 
     state.charge(queue, dict(request.usage))
     try:
-        retry, stopped = _first_pass(state, request, candidates, on_target)
+        within_nominal = not any(queue.is_borrowing(fr) for fr in request.needs_preemption)
+        if monotone and not within_nominal and _nothing_to_evict(index, queue, candidates):
+            return []
+        retry, stopped = _first_pass(state, index, request, candidates, within_nominal, on_target)
         if not stopped:
-            _second_pass(state, request, retry, on_target)
+            _second_pass(state, index, request, retry, on_target)
     finally:
         state.refund(queue, dict(request.usage))
     if not fits:
@@ -84,42 +348,102 @@ def _order(record: AdmittedWorkload, preemptor_queue: str) -> tuple[bool, int, f
     return (own, record.priority, -record.admitted_at, record.name)
 
 
-def _candidates(state: ClusterState, request: PreemptionRequest) -> list[AdmittedWorkload]:
+Candidates = dict[str, list[AdmittedWorkload]]
+
+
+def _candidates(
+    state: ClusterState, index: FairIndex, request: PreemptionRequest
+) -> tuple[Candidates, bool]:
+    """Each queue's candidates in victim order (only queues that have some), and
+    whether every amount they hold is non-negative (what :func:`_nothing_to_evict`
+    relies on). Only the order within a queue matters: the search groups them by
+    queue, and compares queues by their first candidates."""
     queue, needs = request.queue, request.needs_preemption
     policy = queue.spec.preemption
-    found: list[AdmittedWorkload] = []
+    found: Candidates = {}
+    monotone = True
 
-    def eligible(records: Iterable[AdmittedWorkload], rule: str) -> Iterator[AdmittedWorkload]:
-        for record in records:
-            if any(fr in needs for fr in record.usage) and satisfies_policy(
-                request.workload, record.workload, rule
-            ):
-                yield record
+    def add(member: ClusterQueueNode, rule: str) -> None:
+        nonlocal monotone
+        _, records, priorities, non_negative = index.ranked(member, needs)
+        eligible = _eligible(request.workload, records, priorities, rule)
+        if eligible:
+            found[member.name] = eligible
+            monotone = monotone and non_negative
 
     if policy.within_cluster_queue is not WithinClusterQueue.NEVER:
-        found.extend(eligible(queue.admitted.values(), policy.within_cluster_queue))
+        add(queue, policy.within_cluster_queue)
     if queue.parent is not None and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER:
-        for other in state.queues_under(state.root_of(queue)):
-            if other is queue or not any(other.is_borrowing(fr) for fr in needs):
-                continue
-            found.extend(eligible(other.admitted.values(), policy.reclaim_within_cohort))
-    return found
+        root = state.root_of(queue)
+        rule = policy.reclaim_within_cohort
+        if len(needs) == 1:  # the usual case: one pass over (queue, nominal quota) pairs
+            (fr,) = needs
+            for other, nominal in index.nominals(root, fr):
+                if other.usage.get(fr, 0) > nominal and other is not queue:
+                    add(other, rule)  # other.is_borrowing(fr)
+        else:
+            for other in index.members(root):
+                if other is not queue and any(other.is_borrowing(fr) for fr in needs):
+                    add(other, rule)
+    return found, monotone
+
+
+def _eligible(
+    preemptor: Workload, records: list[AdmittedWorkload], priorities: list[int], rule: str
+) -> list[AdmittedWorkload]:
+    """``records`` (by priority) that ``rule`` lets ``preemptor`` evict."""
+    if rule == "Any":
+        return records
+    lower = bisect.bisect_left(priorities, preemptor.priority)
+    if rule == "LowerPriority":
+        return records[:lower]
+    if rule == "LowerOrNewerEqualPriority":
+        equal = bisect.bisect_right(priorities, preemptor.priority, lower)
+        newer = [r for r in records[lower:equal] if preemptor.order_time < r.workload.order_time]
+        return records[:lower] + newer
+    return [r for r in records if satisfies_policy(preemptor, r.workload, rule)]
+
+
+def _nothing_to_evict(index: FairIndex, queue: ClusterQueueNode, candidates: Candidates) -> bool:
+    """Would the search evict nothing? The preemptor borrows, so only the fairness
+    checks let a candidate go, and both need the preemptor's share at or below the
+    current share of the candidate's side (after the eviction, that side's share is
+    at most its current one: weights are non-negative and amounts too). Before the
+    first eviction shares are as now; if no side passes now, none ever does."""
+    if queue.parent is None or queue.name in candidates:
+        return False  # own candidates go without a check
+    queues = index.state.queues
+    mine_keys: dict[int, Key] = {}  # in a flat cohort, one side for every queue
+    for name in candidates:
+        pair = index.pair(queue, queues[name])
+        if pair.mine.weight < 0 or pair.theirs.weight < 0:
+            return False
+        mine = mine_keys.get(id(pair.mine))
+        if mine is None:
+            mine = mine_keys[id(pair.mine)] = pair.mine.key(pair.mine.node.usage)[0]
+        if mine <= pair.theirs.key(pair.theirs.node.usage)[0]:
+            return False
+    return True
 
 
 def _first_pass(
     state: ClusterState,
+    index: FairIndex,
     request: PreemptionRequest,
-    candidates: list[AdmittedWorkload],
+    candidates: Candidates,
+    within_nominal: bool,
     on_target: Callable[[Target], bool],
-) -> tuple[list[AdmittedWorkload], bool]:
+) -> tuple[Candidates, bool]:
+    """Returns the candidates left for the second pass (by queue, in order: the
+    second pass groups them by queue) and whether the search stopped."""
     queue = request.queue
-    ordering = _TargetOrdering(state, queue, candidates)
-    retry: list[AdmittedWorkload] = []
-    within_nominal = not any(queue.is_borrowing(fr) for fr in request.needs_preemption)
+    ordering = _TargetOrdering(state, index, queue, candidates)
+    retry: Candidates = {}
     for target_queue in ordering.iter_targets():
         if target_queue is queue or within_nominal:
             record = ordering.pop(target_queue)
             simulate_removal(state, record)
+            ordering.changed()
             reason = (
                 PreemptionReason.IN_CLUSTER_QUEUE
                 if target_queue is queue
@@ -128,35 +452,60 @@ def _first_pass(
             if on_target(Target(record, reason)):
                 return retry, True
             continue
-        preemptor_share, target_old = _shares(queue, target_queue)
-        if preemptor_share.zero_weight_borrows and not target_old.zero_weight_borrows:
-            retry.extend(ordering.pop_all(target_queue))
+        pair = index.pair(queue, target_queue)
+        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
+        if preemptor_share[0] and not target_old[0]:  # only the preemptor borrows at weight 0
+            retry.setdefault(target_queue.name, []).extend(ordering.pop_all(target_queue))
             continue
-        while ordering.has(target_queue):
-            record = ordering.pop(target_queue)
-            target_new = _share_after_removal(state, queue, target_queue, record)
-            if _less_or_equal_to_final_share(preemptor_share, target_old, target_new):
-                simulate_removal(state, record)
-                if on_target(Target(record, PreemptionReason.IN_COHORT_FAIR_SHARING)):
-                    return retry, True
-                break  # shares changed: choose the target subtree again from the root
-            retry.append(record)
+        # Nothing changes while this queue's candidates are tried: the test depends
+        # only on what a candidate holds of the flavor-resources its side's share reads.
+        theirs, path, frs = pair.theirs, pair.path, pair.theirs.frs
+        single = frs[0] if len(frs) == 1 else None
+        passes: dict[object, bool] = {}
+        pending = ordering.targets[target_queue.name]
+        left = retry.setdefault(target_queue.name, [])
+        taken = None
+        while pending:
+            record = pending.popleft()
+            usage = record.usage
+            held: object = (
+                usage.get(single, 0)
+                if single is not None
+                else tuple([usage.get(fr, 0) for fr in frs])
+            )
+            passed = passes.get(held)
+            if passed is None:
+                # compare_drs(preemptor, target_new) <= 0
+                passed = passes[held] = preemptor_share <= theirs.key_without(path, usage)
+            if passed:
+                taken = record
+                break
+            left.append(record)
+        if taken is not None:
+            simulate_removal(state, taken)
+            ordering.changed()
+            if on_target(Target(taken, PreemptionReason.IN_COHORT_FAIR_SHARING)):
+                return retry, True
+            # shares changed: choose the target subtree again from the root
     return retry, False
 
 
 def _second_pass(
     state: ClusterState,
+    index: FairIndex,
     request: PreemptionRequest,
-    retry: list[AdmittedWorkload],
+    retry: Candidates,
     on_target: Callable[[Target], bool],
 ) -> bool:
     queue = request.queue
-    ordering = _TargetOrdering(state, queue, retry)
+    ordering = _TargetOrdering(state, index, queue, retry)
     for target_queue in ordering.iter_targets():
-        preemptor_share, target_old = _shares(queue, target_queue)
+        pair = index.pair(queue, target_queue)
+        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
         record = ordering.pop(target_queue)
-        if _less_than_initial_share(preemptor_share, target_old, target_old):
+        if preemptor_share < target_old:  # compare_drs(preemptor, target_old) < 0
             simulate_removal(state, record)
+            ordering.changed()
             if on_target(Target(record, PreemptionReason.IN_COHORT_FAIR_SHARING)):
                 return True
         ordering.pop_all(target_queue)  # at most one candidate per queue in this pass
@@ -177,38 +526,37 @@ def _almost_lcas(
     raise AssertionError("queues of one preemption share no cohort")
 
 
-def _shares(preemptor: ClusterQueueNode, target: ClusterQueueNode) -> tuple[DRS, DRS]:
-    mine, theirs = _almost_lcas(preemptor, target)
-    return dominant_resource_share(mine), dominant_resource_share(theirs)
-
-
-def _share_after_removal(
-    state: ClusterState,
-    preemptor: ClusterQueueNode,
-    target: ClusterQueueNode,
-    record: AdmittedWorkload,
-) -> DRS:
-    state.refund(target, record.usage)
-    try:
-        return dominant_resource_share(_almost_lcas(preemptor, target)[1])
-    finally:
-        state.charge(target, record.usage)
-
-
 class _TargetOrdering:
     """Yields the queue to take the next victim from: the most unfair subtree first."""
 
     def __init__(
-        self, state: ClusterState, preemptor: ClusterQueueNode, candidates: list[AdmittedWorkload]
+        self,
+        state: ClusterState,
+        index: FairIndex,
+        preemptor: ClusterQueueNode,
+        candidates: Candidates,
     ) -> None:
         self.state = state
+        self.index = index
         self.preemptor = preemptor
-        self.targets: dict[str, deque[AdmittedWorkload]] = {}
-        for record in candidates:
-            self.targets.setdefault(record.admission.cluster_queue, deque()).append(record)
+        self.targets: dict[str, deque[AdmittedWorkload]] = {
+            name: deque(records) for name, records in candidates.items()
+        }
         self.ancestors = {id(node) for node in path_to_root(preemptor)[1:]}
         self.pruned_queues: set[str] = set()
         self.pruned_cohorts: set[str] = set()
+        # Shares by node, as usage stands: kept until an eviction (see changed).
+        self.keys: dict[int, tuple[Key, bool]] = {}
+
+    def key(self, share: _NodeShare) -> tuple[Key, bool]:
+        found = self.keys.get(id(share.node))
+        if found is None:
+            found = self.keys[id(share.node)] = share.key(share.node.usage)
+        return found
+
+    def changed(self) -> None:
+        """Usage changed (an eviction was simulated): shares are read afresh."""
+        self.keys.clear()
 
     def has(self, queue: ClusterQueueNode) -> bool:
         return bool(self.targets.get(queue.name))
@@ -235,34 +583,37 @@ class _TargetOrdering:
                 yield target
 
     def _next(self, cohort: CohortNode) -> ClusterQueueNode | None:
-        best_queue, best_queue_share = None, NEGATIVE_DRS
-        for queue in sorted(cohort.child_queues, key=lambda q: q.name):
+        index = self.index
+        queues, cohorts = index.children(cohort)
+        best_queue: ClusterQueueNode | None = None
+        best_queue_share = _NEGATIVE
+        for queue in queues:
             if queue.name in self.pruned_queues:
                 continue
-            share = dominant_resource_share(queue)
-            if (not share.borrowing and queue is not self.preemptor) or not self.has(queue):
+            share, borrowing = self.key(index.share(queue))
+            if (not borrowing and queue is not self.preemptor) or not self.has(queue):
                 self.pruned_queues.add(queue.name)
                 continue
-            versus = compare_drs(share, best_queue_share)
-            if versus > 0 or (
-                versus == 0
+            if share > best_queue_share or (
+                share == best_queue_share
                 and best_queue is not None
                 and self._first_sorts_first(queue, best_queue)
             ):
                 best_queue, best_queue_share = queue, share
-        best_cohort, best_cohort_share = None, NEGATIVE_DRS
-        for child in sorted(cohort.child_cohorts, key=lambda c: c.name):
+        best_cohort: CohortNode | None = None
+        best_cohort_share = _NEGATIVE
+        for child in cohorts:
             if child.name in self.pruned_cohorts:
                 continue
-            share = dominant_resource_share(child)
-            if not share.borrowing and id(child) not in self.ancestors:
+            share, borrowing = self.key(index.share(child))
+            if not borrowing and id(child) not in self.ancestors:
                 self.pruned_cohorts.add(child.name)
-            elif compare_drs(share, best_cohort_share) >= 0:
+            elif share >= best_cohort_share:
                 best_cohort, best_cohort_share = child, share
         if best_cohort is None and best_queue is None:
             self.pruned_cohorts.add(cohort.name)
             return None
-        if best_cohort is not None and compare_drs(best_cohort_share, best_queue_share) >= 0:
+        if best_cohort is not None and best_cohort_share >= best_queue_share:
             return self._next(best_cohort)
         return best_queue
 

@@ -1,18 +1,24 @@
-"""The fast preemption search decides exactly what the plain one does.
+"""The fast preemption searches decide exactly what the plain ones do.
 
 :mod:`quota.preemption.classical` (candidate index, lazy merge, streams dropped
 once their queue is back within nominal) against
 :mod:`quota.preemption.classical_reference` (collect and sort everything, every
-time): random quota trees (cohorts with borrowing and lending limits, every
+time), and :mod:`quota.preemption.fair` (shares from kept quota data, searches
+that can evict nothing cut short) against :mod:`quota.preemption.fair_reference`:
+random quota trees (cohorts with borrowing and lending limits, every
 preemption policy incl. reclaim Any / LowerPriority and within LowerPriority /
 LowerOrNewerEqualPriority, borrowWithinCohort thresholds, fair sharing on and
 off), random streams of additions, cycles and completions. Each
 cycle's decisions must be identical: who is admitted where with what usage, who
-is preempted by whom and why, every pending reason.
+is preempted by whom and why, every pending reason. Fair sharing has tests of
+its own, on trees made for it (weights, nested cohorts, queues outside any
+cohort, GPU-hour budgets).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from hypothesis import given, settings
@@ -32,17 +38,21 @@ from quota.model import (
     WithinClusterQueue,
     Workload,
 )
+from quota.periods import BudgetPeriod
 from quota.scheduler import CycleResult
+from tests.quota import test_budget_properties as budget_cases
 from tests.quota.test_properties import (
     BASE,
     BORROW,
     STRATEGIES,
     THRESHOLDS,
+    WEIGHTS,
     WHEN_BORROW,
     WHEN_PREEMPT,
     Op,
     TickClock,
     between,
+    pick,
     quota_configs,
     workload_list,
 )
@@ -120,9 +130,93 @@ def tight_config(draw: st.DrawFn) -> QuotaConfig:
     )
 
 
+def fair_config(draw: st.DrawFn) -> QuotaConfig:
+    """A contended tree for fair sharing: 2-7 queues (one in eight outside any
+    cohort) under up to three cohorts nested up to three deep, some holding quota of
+    their own; fair weights incl. 0 and 1/2 on queues and cohorts; 1-2 flavors of
+    1-2 resources with borrowing and lending limits; every preemption policy."""
+    flavors = [f"f{i}" for i in range(between(draw, 1, 2))]
+    resources = [f"r{i}" for i in range(between(draw, 1, 2))]
+
+    def group(chosen: list[str]) -> ResourceGroup:
+        return ResourceGroup(
+            resources=tuple(resources),
+            flavors=tuple(
+                FlavorQuotas(
+                    name=flavor,
+                    quotas={
+                        r: ResourceQuota(
+                            nominal=(nominal := draw(QUOTAS)),
+                            borrowing_limit=draw(CHURN_LIMITS),
+                            lending_limit=None if draw(st.booleans()) else nominal // 2,
+                        )
+                        for r in resources
+                    },
+                )
+                for flavor in chosen
+            ),
+        )
+
+    cohorts: list[CohortSpec] = []
+    for i in range(between(draw, 1, 3)):
+        # Mostly nested: shares are then compared below the root, and an eviction's
+        # usage reaches the compared node through lending limits on the way.
+        nested = cohorts and between(draw, 0, 3) > 0
+        cohorts.append(
+            CohortSpec(
+                name=f"c{i}",
+                parent=pick(draw, [c.name for c in cohorts]) if nested else None,
+                resource_groups=(group(flavors),) if between(draw, 0, 3) == 0 else (),
+                fair_weight=draw(WEIGHTS),
+            )
+        )
+    queues = []
+    for i in range(between(draw, 2, 7)):
+        chosen = flavors if len(flavors) == 1 or draw(st.booleans()) else flavors[::-1]
+        queues.append(
+            ClusterQueueSpec(
+                name=f"q{i}",
+                cohort=None
+                if between(draw, 0, 7) == 0
+                else cohorts[0 if i == 0 else between(draw, 0, len(cohorts) - 1)].name,
+                resource_groups=(group(chosen),),
+                queueing_strategy=draw(STRATEGIES),
+                preemption=PreemptionPolicy(
+                    within_cluster_queue=draw(WITHIN),
+                    reclaim_within_cohort=draw(RECLAIM),
+                    borrow_within_cohort=draw(BORROW),
+                    max_priority_threshold=draw(THRESHOLDS),
+                ),
+                flavor_fungibility=FlavorFungibility(
+                    when_can_borrow=draw(WHEN_BORROW), when_can_preempt=draw(WHEN_PREEMPT)
+                ),
+                fair_weight=draw(WEIGHTS),
+            )
+        )
+    return QuotaConfig(
+        flavors=tuple(flavors),
+        cohorts=tuple(cohorts),
+        cluster_queues=tuple(queues),
+        fair_sharing=True,
+    )
+
+
 @st.composite
 def churn(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
     config = tight_config(draw) if draw(st.integers(0, 3)) else draw(quota_configs())
+    return config, churn_ops(draw, config)
+
+
+@st.composite
+def fair_churn(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
+    if draw(st.integers(0, 3)):
+        config = fair_config(draw)
+    else:
+        config = replace(draw(quota_configs()), fair_sharing=True)
+    return config, churn_ops(draw, config)
+
+
+def churn_ops(draw: st.DrawFn, config: QuotaConfig) -> list[Op]:
     workloads = workload_list(draw, config, max_size=30)
     ops: list[Op] = []
     for i, workload in enumerate(workloads):
@@ -143,7 +237,7 @@ def churn(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
             else:
                 ops.append(("finish", between(draw, 0, len(workloads) - 1)))
     ops.append(("settle",))
-    return config, ops
+    return ops
 
 
 def decisions(result: CycleResult) -> dict[str, Any]:
@@ -183,6 +277,70 @@ def play(config: QuotaConfig, ops: list[Op], reference: bool) -> list[Any]:
 def test_fast_preemption_decides_as_the_reference(case: tuple[QuotaConfig, list[Op]]) -> None:
     config, ops = case
     fast, reference = play(config, ops, False), play(config, ops, True)
+    for i, (got, want) in enumerate(zip(fast, reference, strict=True)):
+        assert got == want, f"step {i} differs"
+
+
+@settings(BASE, max_examples=400)
+@given(fair_churn())
+def test_fast_fair_sharing_preemption_decides_as_the_reference(
+    case: tuple[QuotaConfig, list[Op]],
+) -> None:
+    config, ops = case
+    fast, reference = play(config, ops, False), play(config, ops, True)
+    for i, (got, want) in enumerate(zip(fast, reference, strict=True)):
+        assert got == want, f"step {i} differs"
+
+
+def play_budgets(config: QuotaConfig, ops: list[Op], reference: bool) -> list[Any]:
+    """The ops of test_budget_properties (advances of the budget clock, finishes,
+    deletes) through one engine; every cycle's decisions."""
+    tick = iter(range(1, 10**6))
+    engine = QuotaEngine(
+        config,
+        clock=lambda: float(next(tick)),
+        now=budget_cases.START,
+        reference_preemption=reference,
+    )
+    log: list[Any] = []
+    names: list[str] = []
+    for op in ops:
+        kind = op[0]
+        if kind == "add":
+            names.append(op[1].name)
+            engine.add(op[1])
+        elif kind in ("cycles", "settle"):
+            log.extend(decisions(r) for r in engine.cycles(op[1] if kind == "cycles" else 200))
+        elif kind == "advance":
+            engine.advance_to(engine.now + timedelta(seconds=op[1]))
+            log.append(("advanced", sorted(engine.admitted)))
+        elif op[1] < len(names):
+            name = names[op[1]]
+            if name in engine.admitted or (
+                kind == "delete" and any(w.name == name for w in engine.pending())
+            ):
+                (engine.finish if kind == "finish" else engine.delete)(name)
+                log.append((kind, name))
+    log.append(("admitted", sorted(engine.admitted)))
+    log.append(("pending", sorted(w.name for w in engine.pending())))
+    return log
+
+
+@st.composite
+def budget_churn(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
+    period = draw(st.sampled_from(list(BudgetPeriod)))
+    config, ops = draw(budget_cases.cases(period))
+    return replace(config, fair_sharing=True), ops
+
+
+@settings(BASE, max_examples=150)
+@given(budget_churn())
+def test_fair_sharing_with_budgets_decides_as_the_reference(
+    case: tuple[QuotaConfig, list[Op]],
+) -> None:
+    """GPU-hour budgets are flavor-resources of the tree that shares leave out."""
+    config, ops = case
+    fast, reference = play_budgets(config, ops, False), play_budgets(config, ops, True)
     for i, (got, want) in enumerate(zip(fast, reference, strict=True)):
         assert got == want, f"step {i} differs"
 
