@@ -28,7 +28,9 @@ def fair_sharing_order(state: ClusterState, entries: list[Entry]) -> Iterator[En
     pending = {e.queue.name: e for e in entries}
     while pending:
         entry = pending[min(pending)]
-        if entry.queue.parent is not None:
+        # The last one wins alone: no tournament (whose shares cost a charge, a share
+        # per level and a refund per contender) can pick another.
+        if entry.queue.parent is not None and len(pending) > 1:
             entry = _Tournament(state, pending, entry.queue).winner()
         del pending[entry.queue.name]
         yield entry
