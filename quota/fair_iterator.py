@@ -15,6 +15,7 @@ from quota.cache import ClusterQueueNode, ClusterState, CohortNode
 from quota.entry import Entry
 from quota.fair_sharing import DRS, compare_drs, dominant_resource_share
 from quota.resources import FlavorResource
+from quota.tree import ResourceNode, lineage
 
 __all__ = ["fair_sharing_order"]
 
@@ -23,31 +24,49 @@ Shares = dict[tuple[str, str], DRS]
 
 
 def fair_sharing_order(state: ClusterState, entries: list[Entry]) -> Iterator[Entry]:
-    """Yield entries one by one, recomputing shares from the live usage each time, so
-    what earlier entries admitted or reserved counts against the later ones."""
+    """Yield entries one by one, with shares as the live usage stands at each pop, so
+    what earlier entries admitted or reserved counts against the later ones.
+
+    A tree's tournament is built at its first pop and kept: processing an entry
+    changes usage only along its queue's path, and a contender's shares read the
+    usage of its own path below the root alone, so after each pop only the
+    contenders whose path meets the popped entry's are scored again."""
     pending = {e.queue.name: e for e in entries}
+    tournaments: dict[int, _Tournament] = {}  # by id of the tree's root
     while pending:
         entry = pending[min(pending)]
-        # The last one wins alone: no tournament (whose shares cost a charge, a share
-        # per level and a refund per contender) can pick another.
+        # The last one wins alone: no tournament can pick another.
         if entry.queue.parent is not None and len(pending) > 1:
-            entry = _Tournament(state, pending, entry.queue).winner()
+            root = state.root_of(entry.queue)
+            tournament = tournaments.get(id(root))
+            if tournament is None:
+                tournament = tournaments[id(root)] = _Tournament(state, pending, root)
+            entry = tournament.winner()
         del pending[entry.queue.name]
         yield entry
+        touched = tournaments.get(id(state.root_of(entry.queue)))
+        if touched is not None:
+            touched.rescore(state, entry.queue)
 
 
 class _Tournament:
-    def __init__(
-        self, state: ClusterState, pending: dict[str, Entry], queue: ClusterQueueNode
-    ) -> None:
+    def __init__(self, state: ClusterState, pending: dict[str, Entry], root: ResourceNode) -> None:
         self.pending = pending
-        self.root = state.root_of(queue)
+        self.root = root
         self.shares: Shares = {}
         self.requested: dict[str, dict[FlavorResource, int]] = {}
-        for member in state.queues_under(self.root):
-            contender = pending.get(member.name)
-            if contender is not None:
-                self._record_shares(state, member, contender)
+        self.members = [q for q in state.queues_under(root) if q.name in pending]
+        for member in self.members:
+            self._record_shares(state, member, pending[member.name])
+
+    def rescore(self, state: ClusterState, changed: ClusterQueueNode) -> None:
+        """Usage changed along ``changed``'s path: score again the contenders whose
+        path below the root meets it."""
+        below_root = {id(node) for node in lineage(changed)[1:]}
+        for member in self.members:
+            entry = self.pending.get(member.name)
+            if entry is not None and any(id(node) in below_root for node in lineage(member)[1:]):
+                self._record_shares(state, member, entry)
 
     def _record_shares(self, state: ClusterState, queue: ClusterQueueNode, entry: Entry) -> None:
         usage = entry.assignment.usage
