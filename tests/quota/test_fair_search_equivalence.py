@@ -114,7 +114,6 @@ def test_fast_fair_search_finds_the_reference_targets(
 ) -> None:
     state, steps = case
     index = fair.FairIndex(state)
-    found = 0
     for kind, value in steps:
         if kind == "admit":
             state.admit(value)
@@ -129,7 +128,6 @@ def test_fast_fair_search_finds_the_reference_targets(
             got = fair.fair_targets(state, value, index)
             assert usage_of(state) == before
             assert [(t.name, t.reason) for t in got] == [(t.name, t.reason) for t in want]
-            found += bool(want)
 
 
 def key_of(share: DRS) -> fair.Key:
