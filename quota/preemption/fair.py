@@ -157,15 +157,8 @@ class _NodeShare:
 
     def _single_key(self, amount: int, total: int) -> Key:
         """:meth:`_key` of one borrowed resource."""
-        ratio = 0.0
-        if total > 0:
-            value = float(amount) * 1000.0 / float(total)
-            if value > ratio:
-                ratio = value
-        weight = self.weight
-        if weight == 0:
-            return (True, ratio)
-        return (False, 0.0 if ratio == 0 else ratio / weight)
+        ratio = max(0.0, float(amount) * 1000.0 / float(total)) if total > 0 else 0.0
+        return self._weighted(ratio)
 
     def _key(self, borrowed: dict[str, int]) -> Key:
         ratio = 0.0
@@ -176,6 +169,9 @@ class _NodeShare:
                 value = float(amount) * 1000.0 / float(total)
                 if value > ratio:
                     ratio = value
+        return self._weighted(ratio)
+
+    def _weighted(self, ratio: float) -> Key:
         weight = self.weight
         if weight == 0:
             return (True, ratio)

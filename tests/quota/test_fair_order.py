@@ -26,18 +26,21 @@ from tests.quota.test_churn_equivalence import WEIGHTS, churn_ops, fair_churn, p
 from tests.quota.test_properties import BASE, Op, between
 
 
-@settings(BASE, max_examples=300)
-@given(fair_churn())
-def test_the_kept_tournament_orders_as_a_fresh_one_each_pop(
-    case: tuple[QuotaConfig, list[Op]],
-) -> None:
-    config, ops = case
+def assert_orders_as_the_reference(config: QuotaConfig, ops: list[Op]) -> None:
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(scheduler, "fair_sharing_order", fair_order_reference.fair_sharing_order)
         want = play(config, ops, False)
     got = play(config, ops, False)
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert a == b, f"step {i} differs"
+
+
+@settings(BASE, max_examples=300)
+@given(fair_churn())
+def test_the_kept_tournament_orders_as_a_fresh_one_each_pop(
+    case: tuple[QuotaConfig, list[Op]],
+) -> None:
+    assert_orders_as_the_reference(*case)
 
 
 @st.composite
@@ -84,10 +87,4 @@ def two_teams_of_queues(draw: st.DrawFn) -> tuple[QuotaConfig, list[Op]]:
 def test_the_kept_tournament_scores_a_team_again_after_admitting_one_of_it(
     case: tuple[QuotaConfig, list[Op]],
 ) -> None:
-    config, ops = case
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(scheduler, "fair_sharing_order", fair_order_reference.fair_sharing_order)
-        want = play(config, ops, False)
-    got = play(config, ops, False)
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert a == b, f"step {i} differs"
+    assert_orders_as_the_reference(*case)
