@@ -141,7 +141,7 @@ class ClusterState:
     now: datetime = datetime(2026, 11, 1, tzinfo=UTC)
     charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
     # The names of the queues in each tree (by id of its root); the shape is fixed.
-    _tree_queues: dict[int, frozenset[str]] = field(default_factory=dict)
+    _tree_queues: dict[int, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, config: QuotaConfig) -> ClusterState:

@@ -15,6 +15,12 @@ per flavor-resource already in victim order and which nodes are over their
 nominal quota; the groups are merged lazily from it, so a search that fits after
 a few removals never looks at the other candidates, and a queue's candidates stop
 at the first one its policy does not allow (they are sorted by priority).
+
+Most searches find nothing. Before listing candidates, a search bounds what its
+removals could ever free (:func:`_cannot_fit`): from the cohorts' totals when one
+flavor-resource is contested (:meth:`CandidateIndex.reclaimable`, one step per
+level of the tree), then per attempt from the streams; an attempt that could not
+fit even after taking all that is not run.
 """
 
 from __future__ import annotations
@@ -93,7 +99,7 @@ class CandidateIndex:
             tuple[int, frozenset[FlavorResource]],
             tuple[list[CohortNode], list[ClusterQueueNode]],
         ] = {}
-        # (queue, flavor-resources) -> what :meth:`_entry` keeps
+        # (queue, flavor-resources) -> what :meth:`candidates` keeps
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
         self._reclaimable: dict[tuple[int, FlavorResource], int] = {}
         # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
