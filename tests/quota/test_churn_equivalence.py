@@ -74,6 +74,28 @@ QUOTAS = st.sampled_from([0, 1000, 1000, 2000, 2000, 3000, 4000])
 CHURN_LIMITS = st.none() | st.sampled_from([0, 1000, 2000])
 
 
+def contended_group(draw: st.DrawFn, flavors: list[str], resources: list[str]) -> ResourceGroup:
+    """One resource group over ``flavors``: small nominal quotas, maybe a borrowing
+    limit, and half the time a lending limit of half the nominal."""
+    return ResourceGroup(
+        resources=tuple(resources),
+        flavors=tuple(
+            FlavorQuotas(
+                name=flavor,
+                quotas={
+                    r: ResourceQuota(
+                        nominal=(nominal := draw(QUOTAS)),
+                        borrowing_limit=draw(CHURN_LIMITS),
+                        lending_limit=None if draw(st.booleans()) else nominal // 2,
+                    )
+                    for r in resources
+                },
+            )
+            for flavor in flavors
+        ),
+    )
+
+
 def tight_config(draw: st.DrawFn) -> QuotaConfig:
     """A contended tree: 2-6 queues under one or two cohorts (the second nested in
     the first half the time), 1-2 flavors of one or two resources, small nominal
@@ -87,23 +109,7 @@ def tight_config(draw: st.DrawFn) -> QuotaConfig:
     queues = []
     for i in range(between(draw, 2, 6)):
         chosen = flavors if len(flavors) == 1 or draw(st.booleans()) else flavors[::-1]
-        group = ResourceGroup(
-            resources=tuple(resources),
-            flavors=tuple(
-                FlavorQuotas(
-                    name=flavor,
-                    quotas={
-                        r: ResourceQuota(
-                            nominal=(nominal := draw(QUOTAS)),
-                            borrowing_limit=draw(CHURN_LIMITS),
-                            lending_limit=None if draw(st.booleans()) else nominal // 2,
-                        )
-                        for r in resources
-                    },
-                )
-                for flavor in chosen
-            ),
-        )
+        group = contended_group(draw, chosen, resources)
         queues.append(
             ClusterQueueSpec(
                 name=f"q{i}",
@@ -139,23 +145,7 @@ def fair_config(draw: st.DrawFn) -> QuotaConfig:
     resources = [f"r{i}" for i in range(between(draw, 1, 2))]
 
     def group(chosen: list[str]) -> ResourceGroup:
-        return ResourceGroup(
-            resources=tuple(resources),
-            flavors=tuple(
-                FlavorQuotas(
-                    name=flavor,
-                    quotas={
-                        r: ResourceQuota(
-                            nominal=(nominal := draw(QUOTAS)),
-                            borrowing_limit=draw(CHURN_LIMITS),
-                            lending_limit=None if draw(st.booleans()) else nominal // 2,
-                        )
-                        for r in resources
-                    },
-                )
-                for flavor in chosen
-            ),
-        )
+        return contended_group(draw, chosen, resources)
 
     cohorts: list[CohortSpec] = []
     for i in range(between(draw, 1, 3)):
