@@ -279,6 +279,13 @@ class QuotaEngine:
             raise WorkloadError(f"unknown cluster queue {workload.cluster_queue!r}")
         if workload.name in self._pending or workload.name in self.state.admitted:
             raise WorkloadError(f"workload {workload.name!r} already exists")
+        # Quota arithmetic and the preemption searches' early exits rely on it.
+        for pod_set in workload.pod_sets:
+            if pod_set.count < 0 or min(pod_set.requests.values(), default=0) < 0:
+                raise WorkloadError(
+                    f"workload {workload.name!r}: pod set {pod_set.name!r} asks for a "
+                    "negative amount (pods or a resource)"
+                )
 
     def _release(self, name: str) -> AdmittedWorkload:
         record = self.state.release(name)

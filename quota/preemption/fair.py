@@ -28,7 +28,8 @@ And a search in which nothing can ever be evicted ends at once (most searches of
 a busy cohort are such): when the preemptor borrows and has no candidate of its
 own, a candidate goes only if the preemptor's share is at most the current share
 of the candidate's side, since an eviction never raises the share of the side it
-leaves; if that holds on no side before the first eviction, there is none.
+leaves; if that holds on no side before the first eviction, there is none. That
+is decided before any queue's candidates are put in victim order.
 """
 
 from __future__ import annotations
@@ -211,8 +212,8 @@ class _Pair:
 
 
 # (the queue's admitted_version, workloads using a contested flavor-resource in victim
-# order, their priorities, whether every amount they hold is non-negative)
-_Ranked = tuple[int, list[AdmittedWorkload], list[int], bool]
+# order, their priorities)
+_Ranked = tuple[int, list[AdmittedWorkload], list[int]]
 
 
 class FairIndex:
@@ -278,6 +279,20 @@ class FairIndex:
             )
         return found
 
+    def has_eligible(
+        self,
+        queue: ClusterQueueNode,
+        needs: frozenset[FlavorResource],
+        preemptor: Workload,
+        rule: str,
+    ) -> bool:
+        """Whether ``rule`` lets ``preemptor`` evict any of the queue's workloads using
+        ``needs`` (for ``Any``, without putting them in victim order)."""
+        if rule == "Any":
+            return any(not needs.isdisjoint(r.usage) for r in queue.admitted.values())
+        _, records, priorities = self.ranked(queue, needs)
+        return bool(_eligible(preemptor, records, priorities, rule))
+
     def ranked(self, queue: ClusterQueueNode, needs: frozenset[FlavorResource]) -> _Ranked:
         key = (queue.name, needs)
         entry = self._ranked.get(key)
@@ -292,7 +307,6 @@ class FairIndex:
                 queue.admitted_version,
                 records,
                 [r.priority for r in records],
-                all(amount >= 0 for r in records for amount in r.usage.values()),
             )
         return entry
 
@@ -305,7 +319,9 @@ def fair_targets(
     one search to the next (a fresh one is made otherwise)."""
     if index is None:
         index = FairIndex(state)
-    candidates, monotone = _candidates(state, index, request)
+    if _nothing_to_evict(state, index, request):
+        return []
+    candidates = _candidates(state, index, request)
     if not candidates:
         return []
     queue = request.queue
@@ -323,8 +339,6 @@ def fair_targets(
     state.charge(queue, dict(request.usage))
     try:
         within_nominal = not any(queue.is_borrowing(fr) for fr in request.needs_preemption)
-        if monotone and not within_nominal and _nothing_to_evict(index, queue, candidates):
-            return []
         retry, stopped = _first_pass(state, index, request, candidates, within_nominal, on_target)
         if not stopped:
             _second_pass(state, index, request, retry, on_target)
@@ -347,41 +361,48 @@ def _order(record: AdmittedWorkload, preemptor_queue: str) -> tuple[bool, int, f
 Candidates = dict[str, list[AdmittedWorkload]]
 
 
-def _candidates(
-    state: ClusterState, index: FairIndex, request: PreemptionRequest
-) -> tuple[Candidates, bool]:
-    """Each queue's candidates in victim order (only queues that have some), and
-    whether every amount they hold is non-negative (what :func:`_nothing_to_evict`
-    relies on). Only the order within a queue matters: the search groups them by
-    queue, and compares queues by their first candidates."""
-    queue, needs = request.queue, request.needs_preemption
+def _candidates(state: ClusterState, index: FairIndex, request: PreemptionRequest) -> Candidates:
+    """Each queue's candidates in victim order (only queues that have some). Only the
+    order within a queue matters: the search groups them by queue, and compares
+    queues by their first candidates."""
+    queue, needs, workload = request.queue, request.needs_preemption, request.workload
     policy = queue.spec.preemption
     found: Candidates = {}
-    monotone = True
 
     def add(member: ClusterQueueNode, rule: str) -> None:
-        nonlocal monotone
-        _, records, priorities, non_negative = index.ranked(member, needs)
-        eligible = _eligible(request.workload, records, priorities, rule)
+        _, records, priorities = index.ranked(member, needs)
+        eligible = _eligible(workload, records, priorities, rule)
         if eligible:
             found[member.name] = eligible
-            monotone = monotone and non_negative
 
     if policy.within_cluster_queue is not WithinClusterQueue.NEVER:
         add(queue, policy.within_cluster_queue)
     if queue.parent is not None and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER:
-        root = state.root_of(queue)
-        rule = policy.reclaim_within_cohort
-        if len(needs) == 1:  # the usual case: one pass over (queue, nominal quota) pairs
-            (fr,) = needs
-            for other, nominal in index.nominals(root, fr):
-                if other.usage.get(fr, 0) > nominal and other is not queue:
-                    add(other, rule)  # other.is_borrowing(fr)
-        else:
-            for other in index.members(root):
-                if other is not queue and any(other.is_borrowing(fr) for fr in needs):
-                    add(other, rule)
-    return found, monotone
+        for other in _borrowing_others(state, index, queue, needs):
+            add(other, policy.reclaim_within_cohort)
+    return found
+
+
+def _borrowing_others(
+    state: ClusterState,
+    index: FairIndex,
+    queue: ClusterQueueNode,
+    needs: frozenset[FlavorResource],
+) -> list[ClusterQueueNode]:
+    """The other queues of the tree over nominal in any of ``needs``, in tree order."""
+    root = state.root_of(queue)
+    if len(needs) == 1:  # the usual case: one pass over (queue, nominal quota) pairs
+        (fr,) = needs
+        return [
+            other
+            for other, nominal in index.nominals(root, fr)
+            if other.usage.get(fr, 0) > nominal and other is not queue
+        ]
+    return [
+        other
+        for other in index.members(root)
+        if other is not queue and any(other.is_borrowing(fr) for fr in needs)
+    ]
 
 
 def _eligible(
@@ -400,26 +421,53 @@ def _eligible(
     return [r for r in records if satisfies_policy(preemptor, r.workload, rule)]
 
 
-def _nothing_to_evict(index: FairIndex, queue: ClusterQueueNode, candidates: Candidates) -> bool:
-    """Would the search evict nothing? The preemptor borrows, so only the fairness
-    checks let a candidate go, and both need the preemptor's share at or below the
-    current share of the candidate's side (after the eviction, that side's share is
-    at most its current one: weights are non-negative and amounts too). Before the
-    first eviction shares are as now; if no side passes now, none ever does."""
-    if queue.parent is None or queue.name in candidates:
-        return False  # own candidates go without a check
-    queues = index.state.queues
-    mine_keys: dict[int, Key] = {}  # in a flat cohort, one side for every queue
-    for name in candidates:
-        pair = index.pair(queue, queues[name])
-        if pair.mine.weight < 0 or pair.theirs.weight < 0:
+def _nothing_to_evict(state: ClusterState, index: FairIndex, request: PreemptionRequest) -> bool:
+    """Would the search surely evict nothing? Decided before the candidates are
+    listed (which sorts a queue's workloads whenever they changed); False when
+    unsure, and the search decides.
+
+    With no candidate, nothing goes. With candidates of its own, or staying within
+    nominal, the preemptor takes some without a check. Otherwise it borrows, and only
+    the fairness checks let a candidate go; both need the preemptor's share at or
+    below the current share of the candidate's side (after an eviction, that side's
+    share is at most its current one, amounts being non-negative, which the engine
+    makes sure of, and weights too; a side of negative weight counts as passing).
+    Before the first eviction shares are as now; if no side with candidates passes
+    now, none ever does, so a queue's candidates are only counted, never ordered."""
+    queue, needs, workload = request.queue, request.needs_preemption, request.workload
+    if queue.parent is None:
+        return False
+    policy = queue.spec.preemption
+    if policy.within_cluster_queue is not WithinClusterQueue.NEVER and index.has_eligible(
+        queue, needs, workload, policy.within_cluster_queue
+    ):
+        return False
+    rule = policy.reclaim_within_cohort
+    if rule is ReclaimWithinCohort.NEVER:
+        return True
+    others = _borrowing_others(state, index, queue, needs)
+    if not others:
+        return True
+    state.charge(queue, dict(request.usage))
+    try:
+        if not any(queue.is_borrowing(fr) for fr in needs):
             return False
-        mine = mine_keys.get(id(pair.mine))
-        if mine is None:
-            mine = mine_keys[id(pair.mine)] = pair.mine.key(pair.mine.node.usage)[0]
-        if mine <= pair.theirs.key(pair.theirs.node.usage)[0]:
-            return False
-    return True
+        mine_keys: dict[int, Key] = {}  # in a flat cohort, one side for every queue
+        for other in others:
+            pair = index.pair(queue, other)
+            mine = mine_keys.get(id(pair.mine))
+            if mine is None:
+                mine = mine_keys[id(pair.mine)] = pair.mine.key(pair.mine.node.usage)[0]
+            passes = (
+                pair.mine.weight < 0
+                or pair.theirs.weight < 0
+                or mine <= pair.theirs.key(pair.theirs.node.usage)[0]
+            )
+            if passes and index.has_eligible(other, needs, workload, rule):
+                return False
+        return True
+    finally:
+        state.refund(queue, dict(request.usage))
 
 
 def _first_pass(

@@ -20,7 +20,7 @@ from quota import (
     WorkloadError,
     parse_quota_config,
 )
-from quota.model import ReclaimWithinCohort, WithinClusterQueue
+from quota.model import Admission, PodSetAssignment, ReclaimWithinCohort, WithinClusterQueue
 from quota.reasons import BlockerLevel
 
 GPU = "nvidia.com/gpu"
@@ -120,6 +120,26 @@ def test_errors_for_impossible_operations() -> None:
         e.delete("ghost")
     e.delete("w")
     assert list(e.pending()) == []
+
+
+@pytest.mark.parametrize(
+    "pod_set",
+    [PodSet("main", -1, {GPU: 1}), PodSet("main", 2, {GPU: -1000})],
+)
+def test_a_negative_amount_is_refused_before_it_reaches_the_quota_arithmetic(
+    pod_set: PodSet,
+) -> None:
+    # A negative amount would give quota back by being admitted; the preemption
+    # searches' early exits assume none.
+    e = engine(gpu_queue("a", 4))
+    with pytest.raises(WorkloadError, match="negative amount"):
+        e.add(Workload("w", "a", (pod_set,)))
+    with pytest.raises(WorkloadError, match="negative amount"):
+        e.add_admitted(
+            Workload("w", "a", (pod_set,)),
+            Admission("a", (PodSetAssignment("main", 1, {GPU: "h100"}),)),
+        )
+    assert list(e.pending()) == [] and not e.admitted
 
 
 def test_an_older_arrival_is_tried_even_when_an_equivalent_newer_one_was_set_aside() -> None:
