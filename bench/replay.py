@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import compile_engine
 from quota.replay.report import (
     COMPARISON_COLUMNS,
     comparison_markdown,
@@ -92,10 +94,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--from", dest="start", default=None)
     parser.add_argument("--to", dest="end", default=None)
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument(
+        "--engine",
+        choices=("compiled", "python"),
+        default="compiled",
+        help="the engine built with mypyc (bench/compile_engine.py; the same decisions) "
+        "or the Python modules",
+    )
+    parser.add_argument("--build", default=".artifacts/mypyc", help="where the build is kept")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    cli = [sys.executable, "-m", "gateway.cli"]
-    subprocess.run([*cli, "replay-quotas", args.sizes, "--out", str(out / "quotas")], check=True)
+    # -P: nothing before PYTHONPATH (``-m`` would put the working directory first).
+    cli = [sys.executable, "-P", "-m", "gateway.cli"]
+    env = dict(os.environ)
+    paths = [str(compile_engine.ROOT), env.get("PYTHONPATH", "")]
+    if args.engine == "compiled":
+        print("building the compiled engine (mypyc; kept until quota/ changes)", file=sys.stderr)
+        paths.insert(0, str(compile_engine.build(Path(args.build).resolve())))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    subprocess.run(
+        [*cli, "replay-quotas", args.sizes, "--out", str(out / "quotas")], check=True, env=env
+    )
     runs: list[Run] = []
     for scale in (float(s) for s in args.scales.split(",")):
         for policy in args.policies.split(","):
@@ -113,10 +132,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if value is not None:
                     command += [flag, str(value)]
             began = time.perf_counter()
-            print(f"{name}: {' '.join(command[3:])}", file=sys.stderr, flush=True)
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            print(f"{name}: {' '.join(command[len(cli) :])}", file=sys.stderr, flush=True)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
             print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
             summary = json.loads((out / name / "summary.json").read_text())
+            if summary["run"].get("engine") != args.engine:
+                raise SystemExit(f"{name} ran the {summary['run'].get('engine')} engine")
             runs.append((scale, f"{policy} x{scale:g}", summary, f"{name}/report.html"))
     table = comparison_markdown([(label, s) for _, label, s, _ in runs])
     (out / "table.md").write_text(table)

@@ -658,7 +658,7 @@ def replay(
     from quota.errors import QuotaError
     from quota.replay.metrics import summarize
     from quota.replay.report import comparison_markdown
-    from quota.replay.run import load_inputs, parse_window, write_outputs
+    from quota.replay.run import engine_build, load_inputs, parse_window, write_outputs
     from quota.replay.simulation import replay as play_trace
 
     try:
@@ -679,6 +679,7 @@ def replay(
     ) as bar:
         result = play_trace(inputs.config, inputs.jobs, progress=bar.update, timeout=timeout)
     summary = summarize(result)
+    summary["run"]["engine"] = engine_build()
     summary["inputs"] = {
         "trace": trace,
         "quota": quota_file,

@@ -10,6 +10,7 @@ flavor-resource it requests, smaller share, higher priority, older, name.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import attrgetter
 
 from quota.cache import ClusterQueueNode, ClusterState, CohortNode
 from quota.entry import Entry
@@ -21,6 +22,7 @@ __all__ = ["fair_sharing_order"]
 
 # (cohort name, workload name) -> share of the cohort's child on the workload's path
 Shares = dict[tuple[str, str], DRS]
+_by_name = attrgetter("name")
 
 
 def fair_sharing_order(state: ClusterState, entries: list[Entry]) -> Iterator[Entry]:
@@ -55,6 +57,8 @@ class _Tournament:
         self.root = root
         self.shares: Shares = {}
         self.requested: dict[str, dict[FlavorResource, int]] = {}
+        # Each cohort's children by name, sorted once: every pop plays the tree again.
+        self.children: dict[int, tuple[list[CohortNode], list[ClusterQueueNode]]] = {}
         self.members = [q for q in state.queues_under(root) if q.name in pending]
         for member in self.members:
             self._record_shares(state, member, pending[member.name])
@@ -73,10 +77,13 @@ class _Tournament:
         state.charge(queue, usage)
         try:
             self.requested[entry.workload.name] = usage
+            name = entry.workload.name
             share = dominant_resource_share(queue)
             node = queue.parent
             while node is not None:
-                self.shares[(node.name, entry.workload.name)] = share
+                self.shares[(node.name, name)] = share
+                if node.parent is None:
+                    break  # a root's share is read by no one
                 share = dominant_resource_share(node)
                 node = node.parent
         finally:
@@ -89,14 +96,22 @@ class _Tournament:
         return best
 
     def _play(self, cohort: CohortNode) -> Entry | None:
+        children = self.children.get(id(cohort))
+        if children is None:
+            children = self.children[id(cohort)] = (
+                sorted(cohort.child_cohorts, key=_by_name),
+                sorted(cohort.child_queues, key=_by_name),
+            )
         contenders = []
-        for child in sorted(cohort.child_cohorts, key=lambda c: c.name):
+        for child in children[0]:
             best = self._play(child)
             if best is not None:
                 contenders.append(best)
-        for queue in sorted(cohort.child_queues, key=lambda q: q.name):
-            if queue.name in self.pending:
-                contenders.append(self.pending[queue.name])
+        pending = self.pending
+        for queue in children[1]:
+            found = pending.get(queue.name)
+            if found is not None:
+                contenders.append(found)
         if not contenders:
             return None
         best = contenders[0]

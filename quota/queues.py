@@ -273,7 +273,7 @@ class QueueManager:
 
     def heads(self, skip: Iterable[str] = ()) -> list[Workload]:
         """Pop the head of every queue with active workloads, except those in ``skip``."""
-        skipped = set(skip)
+        skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
         heads = []
         for name in sorted(self._ready):
             if name in skipped:

@@ -105,15 +105,18 @@ class Scheduler:
         self.preemptor = Preemptor(state, fair_sharing=fair_sharing, reference=reference)
         self.cycle = 0
         self._scans: dict[str, _ScanState] = {}
+        # A queue's spec is fixed for the life of the state (a new config, a new state).
+        self._stopped = frozenset(q.name for q in state.queues.values() if q.spec.stopped)
 
     # -- the cycle ----------------------------------------------------------------------
 
     def schedule_once(self, now: float) -> CycleResult:
         self.cycle += 1
         result = CycleResult()
-        stopped = [q.name for q in self.state.queues.values() if q.spec.stopped]
         # 1. Heads.
-        heads = self.queues.heads(skip=stopped)
+        heads = self.queues.heads(skip=self._stopped)
+        if not heads:
+            return result  # nothing to nominate: the steps below would do nothing
         result.heads = [w.name for w in heads]
         # 2. Nominate against the usage at the start of the cycle, which stands still
         # until processing: the preemption searches share what they collect.

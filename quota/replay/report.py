@@ -309,9 +309,9 @@ def render_html(summary: dict[str, Any], title: str = "") -> str:
         ("GPU-hours lost to preemption (preempted jobs)",
          f"{summary['gpu_hours_lost']:.1f} ({summary['preempted_jobs']})"),
         ("never started, by reason", summary["never_started_reasons"] or "none"),
-        ("replay wall time (CPU time) / peak memory",
+        ("replay wall time (CPU time) / peak memory / engine",
          f"{run['wall_seconds']:.1f} s ({run.get('cpu_seconds', 0.0):.1f} s)"
-         f" / {run['peak_rss_mb']:.0f} MB"),
+         f" / {run['peak_rss_mb']:.0f} MB / {run.get('engine', 'python')}"),
         ("cycles / admissions / preemptions",
          f"{run['cycles']} / {run['admissions']} / {run['preemptions']}"),
     ]  # fmt: skip

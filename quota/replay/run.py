@@ -50,6 +50,14 @@ def parse_window(start: str | None, end: str | None) -> tuple[datetime | None, d
     return first, last
 
 
+def engine_build() -> str:
+    """``compiled`` when the engine's cycle runs as mypyc extension modules (see
+    ``bench/compile_engine.py``), else ``python``."""
+    import quota.scheduler
+
+    return "compiled" if Path(quota.scheduler.__file__ or "").suffix == ".so" else "python"
+
+
 def load_quota_file(path: str | Path) -> QuotaConfig:
     """A quota configuration file (YAML or JSON: ``flavors``, ``cohorts``,
     ``cluster_queues``, ``fair_sharing``)."""
