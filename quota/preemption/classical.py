@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain
@@ -47,7 +47,7 @@ from quota.preemption.common import (
     workload_fits,
 )
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, local_available, queue_available
+from quota.tree import ResourceNode, queue_available
 
 __all__ = ["CandidateIndex", "classical_targets", "victim_order"]
 
@@ -239,7 +239,9 @@ def classical_targets(
     frs = request.needs_preemption
     same_queue = _same_queue_candidates(index, request)
     own = _most_freed(same_queue, frs)
-    if len(frs) == 1 and _cannot_fit_at_all(request, own, *_reclaimable(index, request)):
+    # What the queue has available now; each attempt starts from the same usage.
+    room = {fr: queue_available(queue, fr) for fr in frs}
+    if len(frs) == 1 and _cannot_fit_at_all(request, room, own, *_reclaimable(index, request)):
         return []  # decided from the cohorts' totals, before any candidate is listed
     near, far = _cohort_queues(index, request)
     hierarchical = _streams(index, request, near, advantage=True)
@@ -256,7 +258,7 @@ def classical_targets(
     groups = (hierarchical, by_priority, same_queue)
     near_freed, far_freed = _most_freed(hierarchical, frs), _most_freed(by_priority, frs)
     for allow_borrowing in attempts:
-        if _cannot_fit(request, own, near_freed, far_freed, allow_borrowing):
+        if _cannot_fit(request, room, own, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
         targets: list[Target] = []
         for candidate in _in_order(state, request, groups, allow_borrowing):
@@ -312,6 +314,7 @@ def _in_order(
 
 def _cannot_fit(
     request: PreemptionRequest,
+    room: _Freed,
     own: _Freed,
     near: _Freed,
     far: _Freed,
@@ -326,7 +329,7 @@ def _cannot_fit(
     frees. An attempt that allows borrowing takes none of the ``far`` group when the
     queue may never borrow to preempt (see :func:`_in_order`); one that does not
     allow it must fit the queue's nominal quota, where only its own candidates can
-    make room.
+    make room. ``room``: what the queue has available before any removal.
     """
     queue = request.queue
     if allow_borrowing and (
@@ -340,15 +343,17 @@ def _cannot_fit(
             queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal
         ):
             return True
-        most = queue_available(queue, fr) + mine + near.get(fr, 0) + far.get(fr, 0)
+        most = room[fr] + mine + near.get(fr, 0) + far.get(fr, 0)
         if amount > most:
             return True
     return False
 
 
-def _cannot_fit_at_all(request: PreemptionRequest, own: _Freed, near: _Freed, far: _Freed) -> bool:
-    return _cannot_fit(request, own, near, far, False) and _cannot_fit(
-        request, own, near, far, True
+def _cannot_fit_at_all(
+    request: PreemptionRequest, room: _Freed, own: _Freed, near: _Freed, far: _Freed
+) -> bool:
+    return _cannot_fit(request, room, own, near, far, False) and _cannot_fit(
+        request, room, own, near, far, True
     )
 
 
@@ -388,7 +393,7 @@ def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Fr
     ):
         return {}, {}
     near = far = 0
-    advantage, remaining = _fits_in_quota(queue, dict(request.usage))
+    advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode = queue
     node: ResourceNode | None = queue.parent
     while node is not None:
@@ -397,11 +402,11 @@ def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Fr
         if index.over_nominal(previous, frs):
             amount -= index.reclaimable(previous, fr)  # visited at a lower level, or the queue
         if advantage:
-            near += amount
+            near += amount  # and so at every level above: the advantage, once had, stays
         else:
             far += amount
-        fits, remaining = _fits_in_quota(node, remaining)
-        advantage = advantage or fits
+            if node.parent is not None:
+                advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
     return {fr: near}, {fr: far}
 
@@ -494,14 +499,14 @@ def _cohort_queues(
         queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
     ):
         return near, far
-    advantage, remaining = _fits_in_quota(queue, dict(request.usage))
+    advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode | None = None
     node: ResourceNode | None = queue.parent
     while node is not None:
         assert isinstance(node, CohortNode)
         _collect_subtree(index, request, node, node, previous, near if advantage else far)
-        fits, remaining = _fits_in_quota(node, remaining)
-        advantage = advantage or fits
+        if not advantage and node.parent is not None:
+            advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
     return near, far
 
@@ -529,12 +534,18 @@ def _streams(
 
 
 def _fits_in_quota(
-    node: ResourceNode, requests: dict[FlavorResource, int]
+    node: ResourceNode, requests: Mapping[FlavorResource, int]
 ) -> tuple[bool, dict[FlavorResource, int]]:
+    """Do ``requests`` fit the node's subtree quota, and what is left of each once its
+    free guaranteed part (:func:`quota.tree.local_available`) is taken."""
+    usage, quota, guaranteed = node.usage, node.subtree_quota, node.guaranteed
     fits = True
     remaining = {}
     for fr, amount in requests.items():
-        if node.usage.get(fr, 0) + amount > node.subtree_quota.get(fr, 0):
+        used = usage.get(fr, 0)
+        if used + amount > quota.get(fr, 0):
             fits = False
-        remaining[fr] = max(0, amount - local_available(node, fr))
+        free = guaranteed.get(fr, 0) - used if guaranteed else 0
+        left = amount - free if free > 0 else amount
+        remaining[fr] = left if left > 0 else 0
     return fits, remaining
