@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from quota.cache import ClusterQueueNode, CohortNode
+from quota.cache import ClusterQueueNode
 from quota.model import (
     BorrowWithinCohortPolicy,
     FlavorFungibility,
@@ -28,7 +28,7 @@ from quota.model import (
 )
 from quota.reasons import Blocker, blocker_for
 from quota.resources import FlavorResource
-from quota.tree import available, local_available, potential_available, queue_available
+from quota.tree import available, potential_available
 
 __all__ = [
     "Assignment",
@@ -267,9 +267,10 @@ class FlavorAssigner:
             blockers.append(blocker_for(queue, fr, amount, exceeds_max=True))
             return Mode.NO_FIT, 0
         borrow, may_reclaim = find_borrow_level(queue, fr, amount)
-        if amount <= queue_available(queue, fr):
+        room = available(queue, fr)
+        if amount <= (room if room > 0 else 0):
             return Mode.FIT, borrow
-        blockers.append(blocker_for(queue, fr, amount))
+        blockers.append(blocker_for(queue, fr, amount, room=room))
         if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
             return self.simulate(fr, amount)
         return Mode.NO_FIT, borrow
@@ -281,12 +282,13 @@ class FlavorAssigner:
         left along the path, or not at all. Budgets are checked for nearly every
         nomination and nearly always fit, so that case is answered first."""
         queue = self.queue
-        if amount <= max(0, available(queue, fr)):
+        room = available(queue, fr)
+        if amount <= max(0, room):
             if queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
                 return Mode.FIT, 0  # find_borrow_level's first answer, without the call
             return Mode.FIT, find_borrow_level(queue, fr, amount)[0]
         exceeds_max = amount > potential_available(queue, fr)
-        blockers.append(blocker_for(queue, fr, amount, exceeds_max=exceeds_max))
+        blockers.append(blocker_for(queue, fr, amount, exceeds_max=exceeds_max, room=room))
         return Mode.NO_FIT, 0
 
     def _can_preempt_while_borrowing(self) -> bool:
@@ -322,16 +324,23 @@ def _try_next(mode: tuple[Mode, int], fungibility: FlavorFungibility) -> bool:
 def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
     """Height of the lowest cohort subtree that can hold ``amount`` more (0 when the
     queue needs no borrowing), and whether that subtree is below the root."""
-    parent = queue.cohort
-    if parent is None or queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
-        return 0, parent is not None
-    remaining = amount - local_available(queue, fr)
-    node: CohortNode | None = parent
-    root = parent
-    while node is not None:
-        if node.usage.get(fr, 0) + remaining <= node.subtree_quota.get(fr, 0):
+    node = queue.cohort
+    if node is None:
+        return 0, False
+    used = queue.usage.get(fr, 0)
+    quota = queue.quotas.get(fr)
+    if used + amount <= (0 if quota is None else quota.nominal):
+        return 0, True
+    free = queue.guaranteed.get(fr, 0) - used  # local_available, inlined: called a lot
+    remaining = amount - free if free > 0 else amount
+    while True:
+        used = node.usage.get(fr, 0)
+        if used + remaining <= node.subtree_quota.get(fr, 0):
             return node.height, node.parent is not None
-        remaining -= local_available(node, fr)
-        root = node
-        node = node.cohort
-    return root.height, False
+        free = node.guaranteed.get(fr, 0) - used
+        if free > 0:
+            remaining -= free
+        above = node.cohort
+        if above is None:
+            return node.height, False
+        node = above

@@ -142,11 +142,16 @@ def blockers_message(blockers: tuple[Blocker, ...]) -> str:
 
 
 def blocker_for(
-    queue: ResourceNode, fr: FlavorResource, amount: int, *, exceeds_max: bool = False
+    queue: ResourceNode,
+    fr: FlavorResource,
+    amount: int,
+    *,
+    exceeds_max: bool = False,
+    room: int | None = None,
 ) -> Blocker:
     """Name the level that refuses ``amount``: the lowest node on the path whose own
-    borrowing limit binds, or else the root of the tree (the shared pool is short)."""
-    measure = potential_available if exceeds_max else available
+    borrowing limit binds, or else the root of the tree (the shared pool is short).
+    ``room``: ``available(queue, fr)`` if the caller has it already."""
     node = queue
     while node.parent is not None and not _limit_binds(node, fr, exceeds_max):
         node = node.parent
@@ -155,9 +160,11 @@ def blocker_for(
         code = ReasonCode.EXCEEDS_MAX_BUDGET if exceeds_max else ReasonCode.INSUFFICIENT_BUDGET
     else:
         code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
-    return Blocker(
-        code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr))
-    )
+    if exceeds_max:
+        measured = potential_available(queue, fr)
+    else:
+        measured = available(queue, fr) if room is None else room
+    return Blocker(code, level, node.name, fr.resource, fr.flavor, amount, max(0, measured))
 
 
 def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> bool:
