@@ -234,30 +234,37 @@ class FlavorAssigner:
     ) -> tuple[dict[str, FlavorChoice] | None, int]:
         """The chosen flavor per resource, and where the scan stopped (-1: at the end)."""
         fungibility = self.queue.spec.flavor_fungibility
-        best: dict[str, FlavorChoice] | None = None
+        flavor_resources = self.queue.flavor_resources
+        # The choices are made into FlavorChoice for the chosen flavor only: most
+        # scans try a flavor that does not fit first.
+        best: tuple[str, list[tuple[str, tuple[Mode, int]]]] | None = None
         best_mode = (Mode.NO_FIT, 0)
         flavors = group.flavors
         attempted = len(flavors) - 1
         for position in range(min(first, len(flavors)), len(flavors)):
-            flavor = flavors[position]
+            name = flavors[position].name
             attempted = position
-            choices: dict[str, FlavorChoice] = {}
+            found: list[tuple[str, tuple[Mode, int]]] = []
             worst = (Mode.FIT, 0)
-            keys = self.queue.flavor_resources.get(flavor.name, {})
+            keys = flavor_resources.get(name, {})
             for resource, amount in requests.items():
-                fr = keys.get(resource) or FlavorResource(flavor.name, resource)
-                mode, borrow = self._fits(fr, amount + taken.get(fr, 0), blockers)
-                choices[resource] = FlavorChoice(flavor.name, mode, borrow)
-                if _preferred(worst, (mode, borrow)):
-                    worst = (mode, borrow)
-                if mode is Mode.NO_FIT:
+                fr = keys.get(resource) or FlavorResource(name, resource)
+                fit = self._fits(fr, amount + taken.get(fr, 0), blockers)
+                found.append((resource, fit))
+                if _preferred(worst, fit):
+                    worst = fit
+                if fit[0] is Mode.NO_FIT:
                     break
             if not _try_next(worst, fungibility):
-                best = choices
+                best = (name, found)
                 break
             if _preferred(worst, best_mode):
-                best, best_mode = choices, worst
-        return best, (-1 if attempted == len(flavors) - 1 else attempted)
+                best, best_mode = (name, found), worst
+        stopped = -1 if attempted == len(flavors) - 1 else attempted
+        if best is None:
+            return None, stopped
+        name, found = best
+        return {r: FlavorChoice(name, mode, borrow) for r, (mode, borrow) in found}, stopped
 
     def _fits(self, fr: FlavorResource, amount: int, blockers: list[Blocker]) -> tuple[Mode, int]:
         queue = self.queue
