@@ -80,7 +80,11 @@ class PodSetAssignment:
     def mode(self) -> Mode:
         if self.failed:
             return Mode.NO_FIT
-        return min((c.mode for c in self.flavors.values()), default=Mode.FIT)
+        worst = Mode.FIT  # a loop, not min(): asked several times per nomination
+        for choice in self.flavors.values():
+            if choice.mode < worst:
+                worst = choice.mode
+        return worst
 
 
 @dataclass(slots=True)
@@ -103,7 +107,12 @@ class Assignment:
     @property
     def mode(self) -> Mode:
         """The worst mode of any pod set (``NO_FIT`` if any pod set found no flavor)."""
-        return min((p.mode for p in self.pod_sets), default=Mode.FIT)
+        worst = Mode.FIT
+        for pod_set in self.pod_sets:
+            mode = pod_set.mode
+            if mode < worst:
+                worst = mode
+        return worst
 
     @property
     def fits(self) -> bool:
