@@ -102,6 +102,7 @@ class CandidateIndex:
         # (queue, flavor-resources) -> what :meth:`candidates` keeps
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
         self._reclaimable: dict[tuple[int, FlavorResource], int] = {}
+        self._reclaimable_above: dict[tuple[int, FlavorResource], int] = {}
         # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
         self._largest_kept: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
 
@@ -109,6 +110,7 @@ class CandidateIndex:
         self._over.clear()
         self._over_children.clear()
         self._reclaimable.clear()
+        self._reclaimable_above.clear()
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
@@ -173,6 +175,19 @@ class CandidateIndex:
             cohorts, queues = self.children_over_nominal(node, frozenset((fr,)))
             kept = sum(self.reclaimable(child, fr) for child in chain(cohorts, queues))
         self._reclaimable[key] = kept
+        return kept
+
+    def reclaimable_above(self, node: ResourceNode, fr: FlavorResource) -> int:
+        """:meth:`reclaimable` of the node's parent, less what of it is reached
+        through ``node`` (visited at a lower level, or the preemptor's queue)."""
+        key = (id(node), fr)
+        kept = self._reclaimable_above.get(key)
+        if kept is None:
+            assert node.parent is not None
+            kept = self.reclaimable(node.parent, fr)
+            if self.over_nominal(node, frozenset((fr,))):
+                kept -= self.reclaimable(node, fr)
+            self._reclaimable_above[key] = kept
         return kept
 
     def _largest(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
@@ -397,10 +412,7 @@ def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Fr
     previous: ResourceNode = queue
     node: ResourceNode | None = queue.parent
     while node is not None:
-        assert isinstance(node, CohortNode)
-        amount = index.reclaimable(node, fr)
-        if index.over_nominal(previous, frs):
-            amount -= index.reclaimable(previous, fr)  # visited at a lower level, or the queue
+        amount = index.reclaimable_above(previous, fr)
         if advantage:
             near += amount  # and so at every level above: the advantage, once had, stays
         else:
