@@ -282,12 +282,14 @@ class FlavorAssigner:
         if amount > potential_available(queue, fr):
             blockers.append(blocker_for(queue, fr, amount, exceeds_max=True))
             return Mode.NO_FIT, 0
-        borrow, may_reclaim = find_borrow_level(queue, fr, amount)
         room = available(queue, fr)
         if amount <= (room if room > 0 else 0):
-            return Mode.FIT, borrow
+            return Mode.FIT, find_borrow_level(queue, fr, amount)[0]
         blockers.append(blocker_for(queue, fr, amount, room=room))
-        if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
+        if amount <= queue.quota(fr).nominal:
+            return self.simulate(fr, amount)  # the borrow level is not needed to decide
+        borrow, may_reclaim = find_borrow_level(queue, fr, amount)
+        if may_reclaim or self._can_preempt_while_borrowing():
             return self.simulate(fr, amount)
         return Mode.NO_FIT, borrow
 
