@@ -155,16 +155,24 @@ def blocker_for(
     node = queue
     while node.parent is not None and not _limit_binds(node, fr, exceeds_max):
         node = node.parent
-    level = BlockerLevel.CLUSTER_QUEUE if node is queue else BlockerLevel.COHORT
-    if is_budget(fr.resource):
-        code = ReasonCode.EXCEEDS_MAX_BUDGET if exceeds_max else ReasonCode.INSUFFICIENT_BUDGET
-    else:
-        code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
+    level = _QUEUE_LEVEL if node is queue else _COHORT_LEVEL
+    code = _CODES[is_budget(fr.resource), exceeds_max]
     if exceeds_max:
         measured = potential_available(queue, fr)
     else:
         measured = available(queue, fr) if room is None else room
     return Blocker(code, level, node.name, fr.resource, fr.flavor, amount, max(0, measured))
+
+
+# Enum members read once (reading one off its class is slow): blocker_for is called
+# for nearly every flavor a nomination tries.
+_QUEUE_LEVEL, _COHORT_LEVEL = BlockerLevel.CLUSTER_QUEUE, BlockerLevel.COHORT
+_CODES = {  # (a budget, exceeds the most there could ever be) -> code
+    (True, True): ReasonCode.EXCEEDS_MAX_BUDGET,
+    (True, False): ReasonCode.INSUFFICIENT_BUDGET,
+    (False, True): ReasonCode.EXCEEDS_MAX_QUOTA,
+    (False, False): ReasonCode.INSUFFICIENT_QUOTA,
+}
 
 
 def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> bool:

@@ -67,6 +67,12 @@ _REASON = {
     _Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
+# Enum members read once: reading one off its class costs about as much as a small
+# function call, and every search reads some.
+_BORROW_NEVER = BorrowWithinCohortPolicy.NEVER
+_RECLAIM_NEVER = ReclaimWithinCohort.NEVER
+_WITHIN_NEVER = WithinClusterQueue.NEVER
+
 VictimKey = tuple[int, float, str]
 _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
 _Ranked = tuple[VictimKey, AdmittedWorkload]
@@ -262,7 +268,7 @@ def classical_targets(
     hierarchical = _streams(index, request, near, advantage=True)
     by_priority = _streams(index, request, far, advantage=False)
     policy = queue.spec.preemption
-    forbidden = policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
+    forbidden = policy.borrow_within_cohort is _BORROW_NEVER
     attempts: tuple[bool, ...]
     if (not hierarchical and not by_priority) or (forbidden and not _under_nominal(request)):
         attempts = (True,)
@@ -298,9 +304,7 @@ def _in_order(
     reached, against usage with earlier targets removed; a stream whose queue (or a
     cohort up to the common ancestor) is found back within nominal is dropped whole,
     since removals only lower usage while an attempt lasts."""
-    borrow_never = (
-        request.queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
-    )
+    borrow_never = request.queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
     for streams in groups:
         heap = [(stream.entry.ranked[0][0], i, 0) for i, stream in enumerate(streams)]
         heapq.heapify(heap)
@@ -347,9 +351,7 @@ def _cannot_fit(
     make room. ``room``: what the queue has available before any removal.
     """
     queue = request.queue
-    if allow_borrowing and (
-        queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
-    ):
+    if allow_borrowing and (queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER):
         far = {}
     for fr in request.needs_preemption:
         amount = request.usage.get(fr, 0)
@@ -403,9 +405,7 @@ def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Fr
     queue = request.queue
     frs = request.needs_preemption
     (fr,) = frs
-    if queue.parent is None or (
-        queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
-    ):
+    if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
         return {}, {}
     near = far = 0
     advantage, remaining = _fits_in_quota(queue, request.usage)
@@ -481,7 +481,7 @@ def _variant(
     if advantage:
         return _Variant.HIERARCHICAL_RECLAIM
     policy = request.queue.spec.preemption
-    if policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER:
+    if policy.borrow_within_cohort is _BORROW_NEVER:
         return _Variant.RECLAIM_WITHOUT_BORROWING
     threshold = policy.max_priority_threshold
     if record.priority >= request.workload.priority or (
@@ -492,7 +492,7 @@ def _variant(
 
 
 def _same_queue_candidates(index: CandidateIndex, request: PreemptionRequest) -> list[_Stream]:
-    if request.queue.spec.preemption.within_cluster_queue is WithinClusterQueue.NEVER:
+    if request.queue.spec.preemption.within_cluster_queue is _WITHIN_NEVER:
         return []
     stream = _stream(index, request, request.queue, None, False)
     return [] if stream is None else [stream]
@@ -507,9 +507,7 @@ def _cohort_queues(
     queue = request.queue
     near: list[_Place] = []
     far: list[_Place] = []
-    if queue.parent is None or (
-        queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
-    ):
+    if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
         return near, far
     advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode | None = None
