@@ -259,11 +259,11 @@ def classical_targets(
     queue = request.queue
     frs = request.needs_preemption
     same_queue = _same_queue_candidates(index, request)
+    if len(frs) == 1 and _cannot_fit_at_all(index, request, same_queue):
+        return []  # decided from the cohorts' totals, before any candidate is listed
     own = _most_freed(same_queue, frs)
     # What the queue has available now; each attempt starts from the same usage.
     room = {fr: queue_available(queue, fr) for fr in frs}
-    if len(frs) == 1 and _cannot_fit_at_all(request, room, own, *_reclaimable(index, request)):
-        return []  # decided from the cohorts' totals, before any candidate is listed
     near, far = _cohort_queues(index, request)
     hierarchical = _streams(index, request, near, advantage=True)
     by_priority = _streams(index, request, far, advantage=False)
@@ -367,11 +367,25 @@ def _cannot_fit(
 
 
 def _cannot_fit_at_all(
-    request: PreemptionRequest, room: _Freed, own: _Freed, near: _Freed, far: _Freed
+    index: CandidateIndex, request: PreemptionRequest, same_queue: list[_Stream]
 ) -> bool:
-    return _cannot_fit(request, room, own, near, far, False) and _cannot_fit(
-        request, room, own, near, far, True
-    )
+    """Would neither attempt fit, for one contested flavor-resource? :func:`_cannot_fit`
+    of both attempts, with what the ``hierarchical`` and ``by_priority`` groups can
+    free bounded by :func:`_reclaimable`; in plain numbers, since most searches end
+    here."""
+    queue = request.queue
+    (fr,) = request.needs_preemption
+    mine = 0
+    if same_queue:
+        (stream,) = same_queue
+        mine = stream.entry.sums[fr][stream.stop]  # its _most_freed: the queue's own
+    near, far = _reclaimable(index, request, fr)
+    amount = request.usage.get(fr, 0)
+    most = queue_available(queue, fr) + mine + near
+    borrow_never = queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
+    if amount <= (most if borrow_never else most + far):
+        return False  # the attempt that allows borrowing might fit
+    return amount > most + far or (queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal)
 
 
 def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Freed:
@@ -397,16 +411,17 @@ def _within_excess(queue: ClusterQueueNode, fr: FlavorResource, amount: int, lar
     return min(amount, excess + largest) if excess > 0 else 0
 
 
-def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Freed, _Freed]:
+def _reclaimable(
+    index: CandidateIndex, request: PreemptionRequest, fr: FlavorResource
+) -> tuple[int, int]:
     """:func:`_most_freed` of the ``hierarchical`` and ``by_priority`` groups, bounded
     from above by what every queue of theirs holds (not only what its policy lets
     go), from :meth:`CandidateIndex.reclaimable`: one step per level of the tree,
-    where :func:`_cohort_queues` visits every queue. For one flavor-resource."""
+    where :func:`_cohort_queues` visits every queue. For the one contested
+    flavor-resource ``fr``."""
     queue = request.queue
-    frs = request.needs_preemption
-    (fr,) = frs
     if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
-        return {}, {}
+        return 0, 0
     near = far = 0
     advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode = queue
@@ -420,7 +435,7 @@ def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Fr
             if node.parent is not None:
                 advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
-    return {fr: near}, {fr: far}
+    return near, far
 
 
 def _path_over_nominal(
