@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from quota.cache import ClusterQueueNode, CohortNode
+from quota.cache import ClusterQueueNode
 from quota.model import (
     BorrowWithinCohortPolicy,
     FlavorFungibility,
@@ -28,7 +28,7 @@ from quota.model import (
 )
 from quota.reasons import Blocker, blocker_for
 from quota.resources import FlavorResource
-from quota.tree import available, local_available, potential_available, queue_available
+from quota.tree import available, potential_available
 
 __all__ = [
     "Assignment",
@@ -53,7 +53,25 @@ class Mode(IntEnum):
 
     @property
     def needs_preemption(self) -> bool:
-        return Mode.NO_CANDIDATES <= self <= Mode.RECLAIM
+        return self in _NEEDS_PREEMPTION
+
+
+# Enum members read once: reading one off its class costs about as much as a small
+# function call, and the fit checks read them all the time.
+_NO_FIT, _NO_CANDIDATES, _PREEMPT, _RECLAIM, _FIT = (
+    Mode.NO_FIT,
+    Mode.NO_CANDIDATES,
+    Mode.PREEMPT,
+    Mode.RECLAIM,
+    Mode.FIT,
+)
+_NEEDS_PREEMPTION = frozenset((_NO_CANDIDATES, _PREEMPT, _RECLAIM))
+_NO_GO = (_NO_FIT, _NO_CANDIDATES)
+_BY_PREEMPTING = (_PREEMPT, _RECLAIM)
+_BORROW_NEVER = BorrowWithinCohortPolicy.NEVER
+_RECLAIM_NEVER = ReclaimWithinCohort.NEVER
+_PREEMPT_TRY_NEXT = WhenCanPreempt.TRY_NEXT_FLAVOR
+_BORROW_TRY_NEXT = WhenCanBorrow.TRY_NEXT_FLAVOR
 
 
 # (flavor-resource, amount) -> (mode after simulated preemption, borrow level after it)
@@ -79,8 +97,12 @@ class PodSetAssignment:
     @property
     def mode(self) -> Mode:
         if self.failed:
-            return Mode.NO_FIT
-        return min((c.mode for c in self.flavors.values()), default=Mode.FIT)
+            return _NO_FIT
+        worst = _FIT  # a loop, not min(): asked several times per nomination
+        for choice in self.flavors.values():
+            if choice.mode < worst:
+                worst = choice.mode
+        return worst
 
 
 @dataclass(slots=True)
@@ -103,11 +125,16 @@ class Assignment:
     @property
     def mode(self) -> Mode:
         """The worst mode of any pod set (``NO_FIT`` if any pod set found no flavor)."""
-        return min((p.mode for p in self.pod_sets), default=Mode.FIT)
+        worst = _FIT
+        for pod_set in self.pod_sets:
+            mode = pod_set.mode
+            if mode < worst:
+                worst = mode
+        return worst
 
     @property
     def fits(self) -> bool:
-        return self.mode is Mode.FIT
+        return self.mode is _FIT
 
     @property
     def needs_preemption(self) -> bool:
@@ -221,7 +248,7 @@ class FlavorAssigner:
                 group.flavors[0].name,
             )
             for covered in wanted:
-                result.flavors[covered] = FlavorChoice(flavor, Mode.FIT, 0)
+                result.flavors[covered] = FlavorChoice(flavor, _FIT, 0)
                 assignment.progress[(index, covered)] = -1
 
     def _find_flavor(
@@ -234,30 +261,37 @@ class FlavorAssigner:
     ) -> tuple[dict[str, FlavorChoice] | None, int]:
         """The chosen flavor per resource, and where the scan stopped (-1: at the end)."""
         fungibility = self.queue.spec.flavor_fungibility
-        best: dict[str, FlavorChoice] | None = None
-        best_mode = (Mode.NO_FIT, 0)
+        flavor_resources = self.queue.flavor_resources
+        # The choices are made into FlavorChoice for the chosen flavor only: most
+        # scans try a flavor that does not fit first.
+        best: tuple[str, list[tuple[str, tuple[Mode, int]]]] | None = None
+        best_mode = (_NO_FIT, 0)
         flavors = group.flavors
         attempted = len(flavors) - 1
         for position in range(min(first, len(flavors)), len(flavors)):
-            flavor = flavors[position]
+            name = flavors[position].name
             attempted = position
-            choices: dict[str, FlavorChoice] = {}
-            worst = (Mode.FIT, 0)
-            keys = self.queue.flavor_resources.get(flavor.name, {})
+            found: list[tuple[str, tuple[Mode, int]]] = []
+            worst = (_FIT, 0)
+            keys = flavor_resources.get(name, {})
             for resource, amount in requests.items():
-                fr = keys.get(resource) or FlavorResource(flavor.name, resource)
-                mode, borrow = self._fits(fr, amount + taken.get(fr, 0), blockers)
-                choices[resource] = FlavorChoice(flavor.name, mode, borrow)
-                if _preferred(worst, (mode, borrow)):
-                    worst = (mode, borrow)
-                if mode is Mode.NO_FIT:
+                fr = keys.get(resource) or FlavorResource(name, resource)
+                fit = self._fits(fr, amount + taken.get(fr, 0), blockers)
+                found.append((resource, fit))
+                if _preferred(worst, fit):
+                    worst = fit
+                if fit[0] is _NO_FIT:
                     break
             if not _try_next(worst, fungibility):
-                best = choices
+                best = (name, found)
                 break
             if _preferred(worst, best_mode):
-                best, best_mode = choices, worst
-        return best, (-1 if attempted == len(flavors) - 1 else attempted)
+                best, best_mode = (name, found), worst
+        stopped = -1 if attempted == len(flavors) - 1 else attempted
+        if best is None:
+            return None, stopped
+        name, found = best
+        return {r: FlavorChoice(name, mode, borrow) for r, (mode, borrow) in found}, stopped
 
     def _fits(self, fr: FlavorResource, amount: int, blockers: list[Blocker]) -> tuple[Mode, int]:
         queue = self.queue
@@ -265,14 +299,17 @@ class FlavorAssigner:
             return self._fits_budget(fr, amount, blockers)
         if amount > potential_available(queue, fr):
             blockers.append(blocker_for(queue, fr, amount, exceeds_max=True))
-            return Mode.NO_FIT, 0
+            return _NO_FIT, 0
+        room = available(queue, fr)
+        if amount <= (room if room > 0 else 0):
+            return _FIT, find_borrow_level(queue, fr, amount)[0]
+        blockers.append(blocker_for(queue, fr, amount, room=room))
+        if amount <= queue.quota(fr).nominal:
+            return self.simulate(fr, amount)  # the borrow level is not needed to decide
         borrow, may_reclaim = find_borrow_level(queue, fr, amount)
-        if amount <= queue_available(queue, fr):
-            return Mode.FIT, borrow
-        blockers.append(blocker_for(queue, fr, amount))
-        if amount <= queue.quota(fr).nominal or may_reclaim or self._can_preempt_while_borrowing():
+        if may_reclaim or self._can_preempt_while_borrowing():
             return self.simulate(fr, amount)
-        return Mode.NO_FIT, borrow
+        return _NO_FIT, borrow
 
     def _fits_budget(
         self, fr: FlavorResource, amount: int, blockers: list[Blocker]
@@ -281,30 +318,31 @@ class FlavorAssigner:
         left along the path, or not at all. Budgets are checked for nearly every
         nomination and nearly always fit, so that case is answered first."""
         queue = self.queue
-        if amount <= max(0, available(queue, fr)):
+        room = available(queue, fr)
+        if amount <= max(0, room):
             if queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
-                return Mode.FIT, 0  # find_borrow_level's first answer, without the call
-            return Mode.FIT, find_borrow_level(queue, fr, amount)[0]
+                return _FIT, 0  # find_borrow_level's first answer, without the call
+            return _FIT, find_borrow_level(queue, fr, amount)[0]
         exceeds_max = amount > potential_available(queue, fr)
-        blockers.append(blocker_for(queue, fr, amount, exceeds_max=exceeds_max))
-        return Mode.NO_FIT, 0
+        blockers.append(blocker_for(queue, fr, amount, exceeds_max=exceeds_max, room=room))
+        return _NO_FIT, 0
 
     def _can_preempt_while_borrowing(self) -> bool:
         policy = self.queue.spec.preemption
-        if policy.borrow_within_cohort is not BorrowWithinCohortPolicy.NEVER:
+        if policy.borrow_within_cohort is not _BORROW_NEVER:
             return True
-        return self.fair_sharing and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+        return self.fair_sharing and policy.reclaim_within_cohort is not _RECLAIM_NEVER
 
 
 def _preferred(a: tuple[Mode, int], b: tuple[Mode, int]) -> bool:
     """Is ``a`` strictly better than ``b``? A mode that fits or can preempt before one
     without candidates; then the better mode; then less borrowing."""
-    if a[0] is Mode.NO_FIT:
+    if a[0] is _NO_FIT:
         return False
-    if b[0] is Mode.NO_FIT:
+    if b[0] is _NO_FIT:
         return True
-    if (a[0] is Mode.NO_CANDIDATES) != (b[0] is Mode.NO_CANDIDATES):
-        return b[0] is Mode.NO_CANDIDATES
+    if (a[0] is _NO_CANDIDATES) != (b[0] is _NO_CANDIDATES):
+        return b[0] is _NO_CANDIDATES
     if a[0] != b[0]:
         return a[0] > b[0]
     return a[1] < b[1]
@@ -312,26 +350,33 @@ def _preferred(a: tuple[Mode, int], b: tuple[Mode, int]) -> bool:
 
 def _try_next(mode: tuple[Mode, int], fungibility: FlavorFungibility) -> bool:
     preemption, borrow = mode
-    if preemption in (Mode.NO_FIT, Mode.NO_CANDIDATES):
+    if preemption in _NO_GO:
         return True
-    if preemption in (Mode.PREEMPT, Mode.RECLAIM):
-        return fungibility.when_can_preempt is WhenCanPreempt.TRY_NEXT_FLAVOR
-    return borrow != 0 and fungibility.when_can_borrow is WhenCanBorrow.TRY_NEXT_FLAVOR
+    if preemption in _BY_PREEMPTING:
+        return fungibility.when_can_preempt is _PREEMPT_TRY_NEXT
+    return borrow != 0 and fungibility.when_can_borrow is _BORROW_TRY_NEXT
 
 
 def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> tuple[int, bool]:
     """Height of the lowest cohort subtree that can hold ``amount`` more (0 when the
     queue needs no borrowing), and whether that subtree is below the root."""
-    parent = queue.cohort
-    if parent is None or queue.usage.get(fr, 0) + amount <= queue.quota(fr).nominal:
-        return 0, parent is not None
-    remaining = amount - local_available(queue, fr)
-    node: CohortNode | None = parent
-    root = parent
-    while node is not None:
-        if node.usage.get(fr, 0) + remaining <= node.subtree_quota.get(fr, 0):
+    node = queue.cohort
+    if node is None:
+        return 0, False
+    used = queue.usage.get(fr, 0)
+    quota = queue.quotas.get(fr)
+    if used + amount <= (0 if quota is None else quota.nominal):
+        return 0, True
+    free = queue.guaranteed.get(fr, 0) - used  # local_available, inlined: called a lot
+    remaining = amount - free if free > 0 else amount
+    while True:
+        used = node.usage.get(fr, 0)
+        if used + remaining <= node.subtree_quota.get(fr, 0):
             return node.height, node.parent is not None
-        remaining -= local_available(node, fr)
-        root = node
-        node = node.cohort
-    return root.height, False
+        free = node.guaranteed.get(fr, 0) - used
+        if free > 0:
+            remaining -= free
+        above = node.cohort
+        if above is None:
+            return node.height, False
+        node = above

@@ -142,22 +142,37 @@ def blockers_message(blockers: tuple[Blocker, ...]) -> str:
 
 
 def blocker_for(
-    queue: ResourceNode, fr: FlavorResource, amount: int, *, exceeds_max: bool = False
+    queue: ResourceNode,
+    fr: FlavorResource,
+    amount: int,
+    *,
+    exceeds_max: bool = False,
+    room: int | None = None,
 ) -> Blocker:
     """Name the level that refuses ``amount``: the lowest node on the path whose own
-    borrowing limit binds, or else the root of the tree (the shared pool is short)."""
-    measure = potential_available if exceeds_max else available
+    borrowing limit binds, or else the root of the tree (the shared pool is short).
+    ``room``: ``available(queue, fr)`` if the caller has it already."""
     node = queue
     while node.parent is not None and not _limit_binds(node, fr, exceeds_max):
         node = node.parent
-    level = BlockerLevel.CLUSTER_QUEUE if node is queue else BlockerLevel.COHORT
-    if is_budget(fr.resource):
-        code = ReasonCode.EXCEEDS_MAX_BUDGET if exceeds_max else ReasonCode.INSUFFICIENT_BUDGET
+    level = _QUEUE_LEVEL if node is queue else _COHORT_LEVEL
+    code = _CODES[is_budget(fr.resource), exceeds_max]
+    if exceeds_max:
+        measured = potential_available(queue, fr)
     else:
-        code = ReasonCode.EXCEEDS_MAX_QUOTA if exceeds_max else ReasonCode.INSUFFICIENT_QUOTA
-    return Blocker(
-        code, level, node.name, fr.resource, fr.flavor, amount, max(0, measure(queue, fr))
-    )
+        measured = available(queue, fr) if room is None else room
+    return Blocker(code, level, node.name, fr.resource, fr.flavor, amount, max(0, measured))
+
+
+# Enum members read once (reading one off its class is slow): blocker_for is called
+# for nearly every flavor a nomination tries.
+_QUEUE_LEVEL, _COHORT_LEVEL = BlockerLevel.CLUSTER_QUEUE, BlockerLevel.COHORT
+_CODES = {  # (a budget, exceeds the most there could ever be) -> code
+    (True, True): ReasonCode.EXCEEDS_MAX_BUDGET,
+    (True, False): ReasonCode.INSUFFICIENT_BUDGET,
+    (False, True): ReasonCode.EXCEEDS_MAX_QUOTA,
+    (False, False): ReasonCode.INSUFFICIENT_QUOTA,
+}
 
 
 def _limit_binds(node: ResourceNode, fr: FlavorResource, exceeds_max: bool) -> bool:

@@ -38,6 +38,7 @@ class ResourceNode:
 
     __slots__ = (
         "_lineage",
+        "_plans",
         "guaranteed",
         "name",
         "parent",
@@ -60,6 +61,7 @@ class ResourceNode:
         self.usage: dict[FlavorResource, int] = {}
         self.potential: dict[FlavorResource, int] = {}  # see potential_available
         self._lineage: tuple[ResourceNode, ...] | None = None  # see lineage
+        self._plans: dict[FlavorResource, _Plan] = {}  # see available
 
     def quota(self, fr: FlavorResource) -> ResourceQuota:
         return self.quotas.get(fr, _NO_QUOTA)
@@ -73,6 +75,7 @@ class ResourceNode:
         self.subtree_quota = subtree
         self._lineage = None  # the tree is (re)linked before its quotas are set
         self.potential = {}
+        self._plans = {}
         self.guaranteed = {}
         for fr, amount in subtree.items():
             limit = self.quota(fr).lending_limit
@@ -112,20 +115,44 @@ def queue_available(node: ResourceNode, fr: FlavorResource) -> int:
 def available(node: ResourceNode, fr: FlavorResource) -> int:
     """What a workload in ``node`` may still take: local free quota plus what the
     ancestors can give, each hop capped by the node's borrowing limit."""
-    chain = node._lineage or lineage(node)
-    root = chain[0]
-    total = root.subtree_quota.get(fr, 0) - root.usage.get(fr, 0)
-    for child in chain[1:]:
+    plan = node._plans.get(fr)
+    if plan is None:
+        plan = _plan(node, fr)
+    root, total, steps = plan
+    total -= root.usage.get(fr, 0)
+    for child, guaranteed, cap in steps:
         usage = child.usage.get(fr, 0)
-        guaranteed = child.guaranteed.get(fr, 0)
-        quota = child.quotas.get(fr)
-        if quota is not None and quota.borrowing_limit is not None:
-            stored_in_parent = child.subtree_quota.get(fr, 0) - guaranteed
-            used_in_parent = usage - guaranteed if usage > guaranteed else 0
-            total = min(total, stored_in_parent - used_in_parent + quota.borrowing_limit)
+        if cap is not None:
+            # cap less what the child has stored in its parent
+            limit = cap - usage + guaranteed if usage > guaranteed else cap
+            if limit < total:
+                total = limit
         if guaranteed > usage:
             total += guaranteed - usage
     return total
+
+
+# What :func:`available` reads apart from usage: the root, its subtree quota, and per
+# node below it down to the queue its guaranteed part and, with a borrowing limit,
+# what it may hold in its parent (its lendable part plus the limit).
+_Plan = tuple[ResourceNode, int, tuple[tuple[ResourceNode, int, int | None], ...]]
+
+
+def _plan(node: ResourceNode, fr: FlavorResource) -> _Plan:
+    """Kept on the node, as :func:`potential_available` is: quotas are fixed once set,
+    and :func:`available` is asked for the same node and flavor-resource all the time."""
+    chain = lineage(node)
+    root = chain[0]
+    steps: list[tuple[ResourceNode, int, int | None]] = []
+    for child in chain[1:]:
+        guaranteed = child.guaranteed.get(fr, 0)
+        quota = child.quotas.get(fr)
+        cap: int | None = None
+        if quota is not None and quota.borrowing_limit is not None:
+            cap = child.subtree_quota.get(fr, 0) - guaranteed + quota.borrowing_limit
+        steps.append((child, guaranteed, cap))
+    plan = node._plans[fr] = (root, root.subtree_quota.get(fr, 0), tuple(steps))
+    return plan
 
 
 def potential_available(node: ResourceNode, fr: FlavorResource) -> int:

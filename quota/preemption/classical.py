@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain
@@ -47,7 +47,7 @@ from quota.preemption.common import (
     workload_fits,
 )
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, local_available, queue_available
+from quota.tree import ResourceNode, queue_available
 
 __all__ = ["CandidateIndex", "classical_targets", "victim_order"]
 
@@ -66,6 +66,12 @@ _REASON = {
     _Variant.RECLAIM_WITHOUT_BORROWING: PreemptionReason.IN_COHORT_RECLAMATION,
     _Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
+
+# Enum members read once: reading one off its class costs about as much as a small
+# function call, and every search reads some.
+_BORROW_NEVER = BorrowWithinCohortPolicy.NEVER
+_RECLAIM_NEVER = ReclaimWithinCohort.NEVER
+_WITHIN_NEVER = WithinClusterQueue.NEVER
 
 VictimKey = tuple[int, float, str]
 _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
@@ -102,6 +108,7 @@ class CandidateIndex:
         # (queue, flavor-resources) -> what :meth:`candidates` keeps
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
         self._reclaimable: dict[tuple[int, FlavorResource], int] = {}
+        self._reclaimable_above: dict[tuple[int, FlavorResource], int] = {}
         # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
         self._largest_kept: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
 
@@ -109,6 +116,7 @@ class CandidateIndex:
         self._over.clear()
         self._over_children.clear()
         self._reclaimable.clear()
+        self._reclaimable_above.clear()
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
@@ -175,6 +183,19 @@ class CandidateIndex:
         self._reclaimable[key] = kept
         return kept
 
+    def reclaimable_above(self, node: ResourceNode, fr: FlavorResource) -> int:
+        """:meth:`reclaimable` of the node's parent, less what of it is reached
+        through ``node`` (visited at a lower level, or the preemptor's queue)."""
+        key = (id(node), fr)
+        kept = self._reclaimable_above.get(key)
+        if kept is None:
+            assert node.parent is not None
+            kept = self.reclaimable(node.parent, fr)
+            if self.over_nominal(node, frozenset((fr,))):
+                kept -= self.reclaimable(node, fr)
+            self._reclaimable_above[key] = kept
+        return kept
+
     def _largest(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
         """The most any one of the queue's workloads uses of ``fr``."""
         key = (queue.name, fr)
@@ -238,14 +259,16 @@ def classical_targets(
     queue = request.queue
     frs = request.needs_preemption
     same_queue = _same_queue_candidates(index, request)
-    own = _most_freed(same_queue, frs)
-    if len(frs) == 1 and _cannot_fit_at_all(request, own, *_reclaimable(index, request)):
+    if len(frs) == 1 and _cannot_fit_at_all(index, request, same_queue):
         return []  # decided from the cohorts' totals, before any candidate is listed
+    own = _most_freed(same_queue, frs)
+    # What the queue has available now; each attempt starts from the same usage.
+    room = {fr: queue_available(queue, fr) for fr in frs}
     near, far = _cohort_queues(index, request)
     hierarchical = _streams(index, request, near, advantage=True)
     by_priority = _streams(index, request, far, advantage=False)
     policy = queue.spec.preemption
-    forbidden = policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
+    forbidden = policy.borrow_within_cohort is _BORROW_NEVER
     attempts: tuple[bool, ...]
     if (not hierarchical and not by_priority) or (forbidden and not _under_nominal(request)):
         attempts = (True,)
@@ -256,7 +279,7 @@ def classical_targets(
     groups = (hierarchical, by_priority, same_queue)
     near_freed, far_freed = _most_freed(hierarchical, frs), _most_freed(by_priority, frs)
     for allow_borrowing in attempts:
-        if _cannot_fit(request, own, near_freed, far_freed, allow_borrowing):
+        if _cannot_fit(request, room, own, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
         targets: list[Target] = []
         for candidate in _in_order(state, request, groups, allow_borrowing):
@@ -281,9 +304,7 @@ def _in_order(
     reached, against usage with earlier targets removed; a stream whose queue (or a
     cohort up to the common ancestor) is found back within nominal is dropped whole,
     since removals only lower usage while an attempt lasts."""
-    borrow_never = (
-        request.queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
-    )
+    borrow_never = request.queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
     for streams in groups:
         heap = [(stream.entry.ranked[0][0], i, 0) for i, stream in enumerate(streams)]
         heapq.heapify(heap)
@@ -312,6 +333,7 @@ def _in_order(
 
 def _cannot_fit(
     request: PreemptionRequest,
+    room: _Freed,
     own: _Freed,
     near: _Freed,
     far: _Freed,
@@ -326,12 +348,10 @@ def _cannot_fit(
     frees. An attempt that allows borrowing takes none of the ``far`` group when the
     queue may never borrow to preempt (see :func:`_in_order`); one that does not
     allow it must fit the queue's nominal quota, where only its own candidates can
-    make room.
+    make room. ``room``: what the queue has available before any removal.
     """
     queue = request.queue
-    if allow_borrowing and (
-        queue.spec.preemption.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER
-    ):
+    if allow_borrowing and (queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER):
         far = {}
     for fr in request.needs_preemption:
         amount = request.usage.get(fr, 0)
@@ -340,16 +360,32 @@ def _cannot_fit(
             queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal
         ):
             return True
-        most = queue_available(queue, fr) + mine + near.get(fr, 0) + far.get(fr, 0)
+        most = room[fr] + mine + near.get(fr, 0) + far.get(fr, 0)
         if amount > most:
             return True
     return False
 
 
-def _cannot_fit_at_all(request: PreemptionRequest, own: _Freed, near: _Freed, far: _Freed) -> bool:
-    return _cannot_fit(request, own, near, far, False) and _cannot_fit(
-        request, own, near, far, True
-    )
+def _cannot_fit_at_all(
+    index: CandidateIndex, request: PreemptionRequest, same_queue: list[_Stream]
+) -> bool:
+    """Would neither attempt fit, for one contested flavor-resource? :func:`_cannot_fit`
+    of both attempts, with what the ``hierarchical`` and ``by_priority`` groups can
+    free bounded by :func:`_reclaimable`; in plain numbers, since most searches end
+    here."""
+    queue = request.queue
+    (fr,) = request.needs_preemption
+    mine = 0
+    if same_queue:
+        (stream,) = same_queue
+        mine = stream.entry.sums[fr][stream.stop]  # its _most_freed: the queue's own
+    near, far = _reclaimable(index, request, fr)
+    amount = request.usage.get(fr, 0)
+    most = queue_available(queue, fr) + mine + near
+    borrow_never = queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
+    if amount <= (most if borrow_never else most + far):
+        return False  # the attempt that allows borrowing might fit
+    return amount > most + far or (queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal)
 
 
 def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Freed:
@@ -375,35 +411,31 @@ def _within_excess(queue: ClusterQueueNode, fr: FlavorResource, amount: int, lar
     return min(amount, excess + largest) if excess > 0 else 0
 
 
-def _reclaimable(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Freed, _Freed]:
+def _reclaimable(
+    index: CandidateIndex, request: PreemptionRequest, fr: FlavorResource
+) -> tuple[int, int]:
     """:func:`_most_freed` of the ``hierarchical`` and ``by_priority`` groups, bounded
     from above by what every queue of theirs holds (not only what its policy lets
     go), from :meth:`CandidateIndex.reclaimable`: one step per level of the tree,
-    where :func:`_cohort_queues` visits every queue. For one flavor-resource."""
+    where :func:`_cohort_queues` visits every queue. For the one contested
+    flavor-resource ``fr``."""
     queue = request.queue
-    frs = request.needs_preemption
-    (fr,) = frs
-    if queue.parent is None or (
-        queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
-    ):
-        return {}, {}
+    if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
+        return 0, 0
     near = far = 0
-    advantage, remaining = _fits_in_quota(queue, dict(request.usage))
+    advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode = queue
     node: ResourceNode | None = queue.parent
     while node is not None:
-        assert isinstance(node, CohortNode)
-        amount = index.reclaimable(node, fr)
-        if index.over_nominal(previous, frs):
-            amount -= index.reclaimable(previous, fr)  # visited at a lower level, or the queue
+        amount = index.reclaimable_above(previous, fr)
         if advantage:
-            near += amount
+            near += amount  # and so at every level above: the advantage, once had, stays
         else:
             far += amount
-        fits, remaining = _fits_in_quota(node, remaining)
-        advantage = advantage or fits
+            if node.parent is not None:
+                advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
-    return {fr: near}, {fr: far}
+    return near, far
 
 
 def _path_over_nominal(
@@ -464,7 +496,7 @@ def _variant(
     if advantage:
         return _Variant.HIERARCHICAL_RECLAIM
     policy = request.queue.spec.preemption
-    if policy.borrow_within_cohort is BorrowWithinCohortPolicy.NEVER:
+    if policy.borrow_within_cohort is _BORROW_NEVER:
         return _Variant.RECLAIM_WITHOUT_BORROWING
     threshold = policy.max_priority_threshold
     if record.priority >= request.workload.priority or (
@@ -475,7 +507,7 @@ def _variant(
 
 
 def _same_queue_candidates(index: CandidateIndex, request: PreemptionRequest) -> list[_Stream]:
-    if request.queue.spec.preemption.within_cluster_queue is WithinClusterQueue.NEVER:
+    if request.queue.spec.preemption.within_cluster_queue is _WITHIN_NEVER:
         return []
     stream = _stream(index, request, request.queue, None, False)
     return [] if stream is None else [stream]
@@ -490,18 +522,16 @@ def _cohort_queues(
     queue = request.queue
     near: list[_Place] = []
     far: list[_Place] = []
-    if queue.parent is None or (
-        queue.spec.preemption.reclaim_within_cohort is ReclaimWithinCohort.NEVER
-    ):
+    if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
         return near, far
-    advantage, remaining = _fits_in_quota(queue, dict(request.usage))
+    advantage, remaining = _fits_in_quota(queue, request.usage)
     previous: ResourceNode | None = None
     node: ResourceNode | None = queue.parent
     while node is not None:
         assert isinstance(node, CohortNode)
         _collect_subtree(index, request, node, node, previous, near if advantage else far)
-        fits, remaining = _fits_in_quota(node, remaining)
-        advantage = advantage or fits
+        if not advantage and node.parent is not None:
+            advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
     return near, far
 
@@ -529,12 +559,18 @@ def _streams(
 
 
 def _fits_in_quota(
-    node: ResourceNode, requests: dict[FlavorResource, int]
+    node: ResourceNode, requests: Mapping[FlavorResource, int]
 ) -> tuple[bool, dict[FlavorResource, int]]:
+    """Do ``requests`` fit the node's subtree quota, and what is left of each once its
+    free guaranteed part (:func:`quota.tree.local_available`) is taken."""
+    usage, quota, guaranteed = node.usage, node.subtree_quota, node.guaranteed
     fits = True
     remaining = {}
     for fr, amount in requests.items():
-        if node.usage.get(fr, 0) + amount > node.subtree_quota.get(fr, 0):
+        used = usage.get(fr, 0)
+        if used + amount > quota.get(fr, 0):
             fits = False
-        remaining[fr] = max(0, amount - local_available(node, fr))
+        free = guaranteed.get(fr, 0) - used if guaranteed else 0
+        left = amount - free if free > 0 else amount
+        remaining[fr] = left if left > 0 else 0
     return fits, remaining
