@@ -134,9 +134,12 @@ class ConsolePages(Controller):
         refused: str = "",
     ) -> Response[Any]:
         """The answer to a change naming the version it read (``If-Match``): a 412 shows
-        the form ``afresh`` (the current version) saying ``stale``; another refusal shows
-        it ``again`` as typed with the API's reason (after ``refused``); a success is a
+        the form ``afresh`` (the current version) saying ``stale``; a 401 signs the
+        session out (its key no longer signs in); another refusal shows the form
+        ``again`` as typed with the API's reason (after ``refused``); a success is a
         one-time ``done`` (HTML; of the answer, when a function) on the page ``to``."""
+        if answer.status == 401:
+            return await self.failed(request, session, answer, to)
         if answer.status == 412:
             return await afresh(f"{stale} ({answer.error})", 412)
         if not answer.ok:

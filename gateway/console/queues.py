@@ -18,7 +18,7 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter, QueryParameter
 
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.base import FormError, form_text, page, redirect
+from gateway.console.base import Again, FormError, form_text, page
 from gateway.console.html import (
     definition,
     esc,
@@ -388,16 +388,17 @@ class QueuePages(PlatformPages):
             json=spec,
             headers={"If-Match": f'"{version}"'},
         )
-        if answer.status == 412:
-            return await self._detail(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            if answer.status == 401:
-                return await self.failed(request, session, answer, "/console/queues")
-            return await self._detail(
-                request, session, name, settings=data, error=answer.error, status=answer.status
-            )
-        return await self.done(
-            request, session, f"Saved queue {esc(name)}.", f"/console/queues/{quote(name)}"
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=lambda error, status: self._detail(
+                request, session, name, settings=data, error=error, status=status
+            ),
+            afresh=self._afresh(request, session, name),
+            stale=STALE,
+            done=f"Saved queue {esc(name)}.",
+            to=f"/console/queues/{quote(name)}",
         )
 
     @post("/queues/{name:str}/delete")
@@ -417,15 +418,26 @@ class QueuePages(PlatformPages):
             f"/api/v1/admin/config/cluster-queues/{name}",
             headers={"If-Match": f'"{version}"'},
         )
-        if answer.status == 412:
-            return await self._detail(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            if answer.status == 401:
-                return await self.failed(request, session, answer, "/console/queues")
-            return await self._detail(
-                request, session, name, error=f"Not deleted: {answer.error}", status=answer.status
-            )
-        return await self.done(request, session, f"Queue {esc(name)} deleted.", "/console/queues")
+        afresh = self._afresh(request, session, name)
+        return await self.after_change(
+            request,
+            session,
+            answer,
+            again=afresh,
+            afresh=afresh,
+            stale=STALE,
+            refused="Not deleted: ",
+            done=f"Queue {esc(name)} deleted.",
+            to="/console/queues",
+        )
+
+    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
+        """The queue's page as it is now, with an error."""
+
+        async def afresh(error: str, status: int) -> Response[Any]:
+            return await self._detail(request, session, name, error=error, status=status)
+
+        return afresh
 
     @get("/queues/{name:str}")
     async def queue(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
@@ -454,7 +466,9 @@ class QueuePages(PlatformPages):
             headers=headers,
         )
         if answer.status == 412:
-            return await self._detail(request, session, name, error=_stale(answer), status=412)
+            return await self._detail(
+                request, session, name, error=f"{STALE} ({answer.error})", status=412
+            )
         if not answer.ok:
             return await self._detail(
                 request, session, name, data=data, error=answer.error, status=answer.status
@@ -484,24 +498,20 @@ class QueuePages(PlatformPages):
             json=spec,
             headers={"If-Match": f'"{version}"'},
         )
-        if answer.status == 412:
-            return await self._detail(request, session, name, error=_stale(answer), status=412)
-        if not answer.ok:
-            if answer.status == 401:
-                return await self.failed(request, session, answer, "/console/queues")
-            return await self._detail(
-                request, session, name, data=data, error=answer.error, status=answer.status
-            )
-        await self.flash(
+        return await self.after_change(
             request,
             session,
-            message(
-                "ok",
-                f"Saved queue {esc(name)} (version {esc(answer.body.get('version'))}).",
-                test_id="saved",
+            answer,
+            again=lambda error, status: self._detail(
+                request, session, name, data=data, error=error, status=status
             ),
+            afresh=self._afresh(request, session, name),
+            stale=STALE,
+            done=lambda saved: (
+                f"Saved queue {esc(name)} (version {esc(saved.body.get('version'))})."
+            ),
+            to=f"/console/queues/{quote(name)}",
         )
-        return redirect(f"/console/queues/{quote(name)}")
 
     async def _detail(
         self,
@@ -651,11 +661,10 @@ def _version_in(data: Any) -> int | None:
     return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) <= 18 else None
 
 
-def _stale(answer: Answer) -> str:
-    return (
-        "Not saved: someone changed this queue since you opened it. The form now shows "
-        f"their version; make your change again if it still holds. ({answer.error})"
-    )
+STALE = (
+    "Not saved: someone changed this queue since you opened it. The form now shows "
+    "their version; make your change again if it still holds."
+)
 
 
 def _preview(body: Any) -> str:
