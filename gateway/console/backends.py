@@ -17,7 +17,7 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
 from gateway.console.api import ConsoleApi
-from gateway.console.base import Again, ConsolePages, FormError, form_text, page, redirect
+from gateway.console.base import ConsolePages, FormError, form_text, page, redirect, showing_error
 from gateway.console.html import esc, field, form, message, select, table, textarea
 from gateway.console.pages import _items
 from gateway.console.sessions import Session
@@ -232,7 +232,7 @@ class BackendPages(ConsolePages):
             again=lambda error, status: self._edit(
                 request, session, name, error=error, data=data, status=status
             ),
-            afresh=self._afresh(request, session, name),
+            afresh=showing_error(self._edit, request, session, name),
             stale=STALE,
             done=f"Backend {esc(name)} saved.",
             to=f"/console/backends/{quote(name)}",
@@ -251,7 +251,7 @@ class BackendPages(ConsolePages):
             f"/api/v1/admin/config/backends/{name}",
             headers={"If-Match": f'"{version}"'},
         )
-        afresh = self._afresh(request, session, name)
+        afresh = showing_error(self._edit, request, session, name)
         return await self.after_change(
             request,
             session,
@@ -263,14 +263,6 @@ class BackendPages(ConsolePages):
             done=f"Backend {esc(name)} deleted.",
             to="/console/backends",
         )
-
-    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
-        """The backend's page as it is now, with an error."""
-
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._edit(request, session, name, error=error, status=status)
-
-        return afresh
 
 
 STALE = (

@@ -22,6 +22,7 @@ __all__ = [
     "form_text",
     "page",
     "redirect",
+    "showing_error",
     "signed_out",
 ]
 
@@ -30,6 +31,16 @@ redirect = _redirect
 
 Again = Callable[[str, int], Awaitable[Response[Any]]]
 """A form's page again, showing an error (HTML-escaped by the page) with a status."""
+
+
+def showing_error(render: Callable[..., Awaitable[Response[Any]]], *args: Any) -> Again:
+    """``render(*args, error=..., status=...)``: a page shown again with an error (the
+    ``again`` or ``afresh`` of :meth:`ConsolePages.after_change`)."""
+
+    async def again(error: str, status: int) -> Response[Any]:
+        return await render(*args, error=error, status=status)
+
+    return again
 
 
 class SignedOutError(Exception):

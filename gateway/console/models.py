@@ -15,7 +15,7 @@ from litestar import Request, Response, get, post
 from litestar.params import QueryParameter
 
 from gateway.console.api import Answer
-from gateway.console.base import Again, ConsolePages, FormError, form_text, page, redirect
+from gateway.console.base import ConsolePages, FormError, form_text, page, redirect, showing_error
 from gateway.console.html import esc, field, form, message, table, textarea
 from gateway.console.sessions import Session
 from tenants.model_checks import model_name_error
@@ -279,7 +279,7 @@ class ModelPages(ConsolePages):
             again=lambda error, status: self._edit_page(
                 request, session, name, error=error, data=data, status=status
             ),
-            afresh=self._afresh(request, session, name),
+            afresh=showing_error(self._edit_page, request, session, name),
             stale=STALE,
             done=lambda saved: (
                 f"Model {esc(name)} saved (version {esc(saved.body.get('version'))})."
@@ -300,7 +300,7 @@ class ModelPages(ConsolePages):
         answer = await self.api(request, session).call(
             "DELETE", path, headers={"If-Match": f'"{version}"'}
         )
-        afresh = self._afresh(request, session, name)
+        afresh = showing_error(self._edit_page, request, session, name)
         return await self.after_change(
             request,
             session,
@@ -312,14 +312,6 @@ class ModelPages(ConsolePages):
             done=f"Model {esc(name)} deleted.",
             to="/console/models",
         )
-
-    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
-        """The model's page as it is now, with an error."""
-
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._edit_page(request, session, name, error=error, status=status)
-
-        return afresh
 
 
 def _endpoint(e: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter, QueryParameter
 
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.base import Again, FormError, form_text, page
+from gateway.console.base import FormError, form_text, page, showing_error
 from gateway.console.html import (
     definition,
     esc,
@@ -395,7 +395,7 @@ class QueuePages(PlatformPages):
             again=lambda error, status: self._detail(
                 request, session, name, settings=data, error=error, status=status
             ),
-            afresh=self._afresh(request, session, name),
+            afresh=showing_error(self._detail, request, session, name),
             stale=STALE,
             done=f"Saved queue {esc(name)}.",
             to=f"/console/queues/{quote(name)}",
@@ -418,7 +418,7 @@ class QueuePages(PlatformPages):
             f"/api/v1/admin/config/cluster-queues/{name}",
             headers={"If-Match": f'"{version}"'},
         )
-        afresh = self._afresh(request, session, name)
+        afresh = showing_error(self._detail, request, session, name)
         return await self.after_change(
             request,
             session,
@@ -430,14 +430,6 @@ class QueuePages(PlatformPages):
             done=f"Queue {esc(name)} deleted.",
             to="/console/queues",
         )
-
-    def _afresh(self, request: Request[Any, Any, Any], session: Session, name: str) -> Again:
-        """The queue's page as it is now, with an error."""
-
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._detail(request, session, name, error=error, status=status)
-
-        return afresh
 
     @get("/queues/{name:str}")
     async def queue(self, request: Request[Any, Any, Any], name: QueueName) -> Response[Any]:
@@ -505,7 +497,7 @@ class QueuePages(PlatformPages):
             again=lambda error, status: self._detail(
                 request, session, name, data=data, error=error, status=status
             ),
-            afresh=self._afresh(request, session, name),
+            afresh=showing_error(self._detail, request, session, name),
             stale=STALE,
             done=lambda saved: (
                 f"Saved queue {esc(name)} (version {esc(saved.body.get('version'))})."
