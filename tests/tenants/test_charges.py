@@ -33,9 +33,6 @@ from tenants.services.workloads import (
 )
 
 GPU_HOURS = "nvidia.com/gpu-hours"
-UTC_MIDNIGHT = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-TODAY = UTC_MIDNIGHT.date()
-YESTERDAY = TODAY - timedelta(days=1)
 
 CONFIG = {
     "flavors": ["h100"],
@@ -157,15 +154,17 @@ class Clocked:
         pass
 
 
-# An hour before today's midnight: every run here spans two UTC days.
-STARTED = UTC_MIDNIGHT - timedelta(hours=1)
+def _midnight(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @pytest.fixture
 async def backend(database: Database) -> AsyncIterator[Clocked]:
     async with database.session() as session:
         await apply_config(session, parse_config(CONFIG), actor="test")
-    yield Clocked(STARTED)
+    # An hour before the last midnight (read now, not at import: a run of the suite may
+    # pass midnight): every run here spans at least two UTC days.
+    yield Clocked(_midnight(datetime.now(UTC)) - timedelta(hours=1))
 
 
 @pytest.fixture
@@ -205,15 +204,22 @@ async def charges_of(database: Database, wid: str) -> list[ChargeRow]:
         return sorted((await session.exec(query)).all(), key=lambda c: (c.resource, c.day))
 
 
-def expected(gpus: int, cpus: int, ended: datetime, attempt: int = 1) -> list[tuple[Any, ...]]:
-    """What a run of ``gpus`` GPUs and ``cpus`` CPUs from STARTED to ``ended`` is
-    charged: one hour yesterday, the rest today."""
-    today = Fraction((ended - UTC_MIDNIGHT) // timedelta(microseconds=1), 3_600_000_000)
+def expected(
+    started: datetime | None, gpus: int, cpus: int, ended: datetime, attempt: int = 1
+) -> list[tuple[Any, ...]]:
+    """What a run of ``gpus`` GPUs and ``cpus`` CPUs from ``started`` to ``ended`` is
+    charged: its hours on each UTC day it spans."""
+    assert started is not None
+    days = []
+    while started < ended:
+        stop = min(ended, _midnight(started) + timedelta(days=1))
+        hours = Fraction((stop - started) // timedelta(microseconds=1), 3_600_000_000)
+        days.append((started.date(), hours))
+        started = stop
     return [
-        ("cpu-hours", YESTERDAY, Decimal(cpus), attempt),
-        ("cpu-hours", TODAY, round_amount(cpus * today), attempt),
-        (GPU_HOURS, YESTERDAY, Decimal(gpus), attempt),
-        (GPU_HOURS, TODAY, round_amount(gpus * today), attempt),
+        (resource, day, round_amount(count * hours), attempt)
+        for resource, count in (("cpu-hours", cpus), (GPU_HOURS, gpus))
+        for day, hours in days
     ]
 
 
@@ -235,7 +241,9 @@ async def test_a_finished_run_is_charged_from_its_backend_start_to_its_end(
     await runtime.step()
     row = await workload(database, wid)
     assert row.state == "succeeded" and row.finished_at is not None
-    assert seen(await charges_of(database, wid)) == expected(4, 2, row.finished_at)
+    assert seen(await charges_of(database, wid)) == expected(
+        backend.started_at, 4, 2, row.finished_at
+    )
 
 
 async def test_a_failed_run_is_charged_too(
@@ -247,7 +255,9 @@ async def test_a_failed_run_is_charged_too(
     await runtime.step()  # its end is the first the dispatcher sees: the start comes with it
     row = await workload(database, wid)
     assert row.state == "failed" and row.finished_at is not None
-    assert seen(await charges_of(database, wid)) == expected(1, 1, row.finished_at)
+    assert seen(await charges_of(database, wid)) == expected(
+        backend.started_at, 1, 1, row.finished_at
+    )
 
 
 async def test_a_run_cancelled_while_running_is_charged_until_it_stopped(
@@ -261,7 +271,9 @@ async def test_a_run_cancelled_while_running_is_charged_until_it_stopped(
     await runtime.step()
     row = await workload(database, wid)
     assert row.state == "cancelled" and row.finished_at is not None
-    assert seen(await charges_of(database, wid)) == expected(4, 2, row.finished_at)
+    assert seen(await charges_of(database, wid)) == expected(
+        backend.started_at, 4, 2, row.finished_at
+    )
 
 
 async def test_a_preempted_run_is_charged_until_its_quota_was_released(
@@ -277,7 +289,7 @@ async def test_a_preempted_run_is_charged_until_its_quota_was_released(
     row = await workload(database, low)
     assert row.state == "pending" and row.job_id is None
     charges = await charges_of(database, low)
-    assert seen(charges) == expected(8, 2, charges[0].at)
+    assert seen(charges) == expected(backend.started_at, 8, 2, charges[0].at)
     assert len({c.at for c in charges}) == 1
 
 
@@ -290,7 +302,7 @@ async def test_a_lost_run_is_charged_until_it_was_found_lost_and_the_next_run_ap
     backend.jobs.clear()  # the backend forgot it
     await runtime.step()
     first = await charges_of(database, wid)
-    assert seen(first) == expected(1, 1, first[0].at)
+    assert seen(first) == expected(backend.started_at, 1, 1, first[0].at)
     await runtime.step()  # runs again as attempt 2
     backend.jobs[f"{wid}-2"] = JobState.SUCCEEDED
     await runtime.step()
@@ -298,7 +310,7 @@ async def test_a_lost_run_is_charged_until_it_was_found_lost_and_the_next_run_ap
     assert (row.state, row.attempt) == ("succeeded", 2)
     second = [c for c in await charges_of(database, wid) if c.attempt == 2]
     assert row.finished_at is not None
-    assert seen(second) == expected(1, 1, row.finished_at, attempt=2)
+    assert seen(second) == expected(backend.started_at, 1, 1, row.finished_at, attempt=2)
 
 
 async def test_a_run_that_never_started_is_charged_nothing(
@@ -324,7 +336,9 @@ async def test_a_run_charged_twice_lands_once(
     for _ in range(2):  # two gateways, or a retry after a crash, charge the same end
         async with database.session() as session:
             await charge_ended_run(session, running, end, datetime.now(UTC))
-    assert seen(await charges_of(database, wid)) == expected(1, 1, end["finished_at"])
+    assert seen(await charges_of(database, wid)) == expected(
+        backend.started_at, 1, 1, end["finished_at"]
+    )
 
 
 async def test_charged_hours_sums_the_days_of_a_period(database: Database) -> None:

@@ -35,8 +35,6 @@ CONFIG = {
     "tenants": [{"name": "alpha", "queues": ["team-a"]}, {"name": "beta", "queues": ["team-b"]}],
 }
 
-TODAY = datetime.now(UTC).date()
-
 
 def usage(
     tenant: str, model: str, day: date, *, status: int = 200, prompt: int = 10, completion: int = 5
@@ -70,20 +68,26 @@ def store(settings: Settings, records: list[UsageRecord]) -> None:
 
 
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient[Any]]:
+def today() -> date:
+    # Read when the test runs, not at import: a run of the suite may pass midnight.
+    return datetime.now(UTC).date()
+
+
+@pytest.fixture
+def client(settings: Settings, today: date) -> Iterator[TestClient[Any]]:
     with TestClient(app=create_app(settings)) as client:
         admin = bearer(ADMIN_KEY)
         assert client.post("/api/v1/admin/config", json=CONFIG, headers=admin).status_code == 201
-        yesterday = TODAY - timedelta(days=1)
+        yesterday = today - timedelta(days=1)
         store(
             settings,
             [
-                usage("alpha", "llama-3-8b", TODAY),
-                usage("alpha", "llama-3-8b", TODAY, status=429, prompt=3, completion=0),
-                usage("alpha", "mistral-7b", TODAY, prompt=100, completion=40),
+                usage("alpha", "llama-3-8b", today),
+                usage("alpha", "llama-3-8b", today, status=429, prompt=3, completion=0),
+                usage("alpha", "mistral-7b", today, prompt=100, completion=40),
                 usage("alpha", "llama-3-8b", yesterday),
-                usage("alpha", "llama-3-8b", TODAY - timedelta(days=40)),  # before the default
-                usage("beta", "llama-3-8b", TODAY, prompt=7777),
+                usage("alpha", "llama-3-8b", today - timedelta(days=40)),  # before the default
+                usage("beta", "llama-3-8b", today, prompt=7777),
             ],
         )
         yield client
@@ -99,35 +103,35 @@ def counters(requests: int, errors: int, prompt: int, completion: int) -> dict[s
     }
 
 
-def test_a_member_reads_its_tenants_last_30_days(client: TestClient[Any]) -> None:
+def test_a_member_reads_its_tenants_last_30_days(client: TestClient[Any], today: date) -> None:
     response = client.get("/api/v1/usage", headers=bearer(key_for(client, "alpha")))
     assert response.status_code == 200, response.text
-    yesterday = (TODAY - timedelta(days=1)).isoformat()
+    yesterday = (today - timedelta(days=1)).isoformat()
     assert response.json() == {
         "tenant": "alpha",
-        "start": (TODAY - timedelta(days=29)).isoformat(),
-        "end": TODAY.isoformat(),
+        "start": (today - timedelta(days=29)).isoformat(),
+        "end": today.isoformat(),
         "days": [
             {"day": yesterday, "model": "llama-3-8b", **counters(1, 0, 10, 5)},
-            {"day": TODAY.isoformat(), "model": "llama-3-8b", **counters(2, 1, 13, 5)},
-            {"day": TODAY.isoformat(), "model": "mistral-7b", **counters(1, 0, 100, 40)},
+            {"day": today.isoformat(), "model": "llama-3-8b", **counters(2, 1, 13, 5)},
+            {"day": today.isoformat(), "model": "mistral-7b", **counters(1, 0, 100, 40)},
         ],
         "totals": counters(4, 1, 123, 50),
     }
 
 
-def test_period_and_model_filter(client: TestClient[Any]) -> None:
+def test_period_and_model_filter(client: TestClient[Any], today: date) -> None:
     alpha = bearer(key_for(client, "alpha"))
-    start = (TODAY - timedelta(days=60)).isoformat()
+    start = (today - timedelta(days=60)).isoformat()
     body = client.get(
         "/api/v1/usage", params={"start": start, "model": "llama-3-8b"}, headers=alpha
     ).json()
-    assert (body["start"], body["end"]) == (start, TODAY.isoformat())
+    assert (body["start"], body["end"]) == (start, today.isoformat())
     assert [d["model"] for d in body["days"]] == ["llama-3-8b"] * 3
     assert body["totals"] == counters(4, 1, 33, 15)
-    today = TODAY.isoformat()
+    day = today.isoformat()
     only_today = client.get(
-        "/api/v1/usage", params={"start": today, "end": today}, headers=alpha
+        "/api/v1/usage", params={"start": day, "end": day}, headers=alpha
     ).json()
     assert only_today["totals"] == counters(3, 1, 113, 45)
     unknown = client.get("/api/v1/usage", params={"model": "nope"}, headers=alpha).json()
