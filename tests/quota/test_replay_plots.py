@@ -186,7 +186,7 @@ def test_bench_replay_writes_the_charts_beside_the_table(
             "--trace", str(FIXTURES / "philly_sample.csv"),
             "--sizes", str(FIXTURES / "philly_vc_nodes.csv"),
             "--scales", "0.05,0.1", "--policies", "static,cohort", "--limit", "60",
-            "--out", str(out),
+            "--engine", "python", "--out", str(out),
         ]
     )  # fmt: skip
     err = capsys.readouterr().err
