@@ -9,6 +9,13 @@ Usage::
     engine = QuotaEngine(config)
     engine.add(workload)
     cycle = engine.schedule_once()
+
+Hot classes: those built once or more per nomination (``Blocker``, ``FlavorChoice``,
+``PreemptionRequest``, ``Target``, ``DRS``...) write their ``__init__`` out and are not
+frozen. The ``__init__`` a dataclass generates stays interpreted Python when
+``bench/compile_engine.py`` compiles the module, and a frozen one sets every field
+through ``object.__setattr__``: about 3 times the cost of a written-out one in Python,
+6 times compiled. Nothing changes them once built.
 """
 
 from quota.cache import AdmittedWorkload

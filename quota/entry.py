@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from quota.cache import ClusterQueueNode
@@ -22,17 +22,32 @@ class Status(Enum):
     INADMISSIBLE = "inadmissible"
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """A head in one cycle: its assignment, victims, outcome and why."""
 
     workload: Workload
     queue: ClusterQueueNode
     assignment: Assignment
-    targets: list[Target] = field(default_factory=list)
-    status: Status = Status.NOMINATED
-    reason: PendingReason | None = None
-    immediate: bool = False  # requeue at the front even in a BestEffortFIFO queue
+    targets: list[Target]
+    status: Status
+    reason: PendingReason | None
+    immediate: bool  # requeue at the front even in a BestEffortFIFO queue
+
+    def __init__(  # written out: see quota/__init__.py, "Hot classes"
+        self,
+        workload: Workload,
+        queue: ClusterQueueNode,
+        assignment: Assignment,
+        targets: list[Target],
+    ) -> None:
+        self.workload = workload
+        self.queue = queue
+        self.assignment = assignment
+        self.targets = targets
+        self.status = Status.NOMINATED
+        self.reason = None
+        self.immediate = False
 
     def mark(
         self,

@@ -19,13 +19,27 @@ from quota.tree import ResourceNode, potential_available
 __all__ = ["DRS", "NEGATIVE_DRS", "compare_drs", "dominant_resource_share"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DRS:
     weight: float
     ratio: float
-    dominant: str = ""
-    borrowing: bool = False
-    borrowed: frozenset[FlavorResource] = frozenset()
+    dominant: str
+    borrowing: bool
+    borrowed: frozenset[FlavorResource]
+
+    def __init__(  # written out: see quota/__init__.py, "Hot classes"
+        self,
+        weight: float,
+        ratio: float,
+        dominant: str = "",
+        borrowing: bool = False,
+        borrowed: frozenset[FlavorResource] = frozenset(),
+    ) -> None:
+        self.weight = weight
+        self.ratio = ratio
+        self.dominant = dominant
+        self.borrowing = borrowing
+        self.borrowed = borrowed
 
     @property
     def zero_weight_borrows(self) -> bool:

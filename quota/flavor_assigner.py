@@ -12,7 +12,7 @@ flavor fungibility says so; otherwise the best flavor seen wins.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
 from quota.cache import ClusterQueueNode
@@ -78,11 +78,17 @@ _BORROW_TRY_NEXT = WhenCanBorrow.TRY_NEXT_FLAVOR
 Simulator = Callable[[FlavorResource, int], tuple[Mode, int]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FlavorChoice:
     flavor: str
     mode: Mode
     borrow: int  # height of the lowest cohort subtree it fits in; 0 = no borrowing
+
+    def __init__(self, flavor: str, mode: Mode, borrow: int) -> None:
+        # Written out: see quota/__init__.py, "Hot classes".
+        self.flavor = flavor
+        self.mode = mode
+        self.borrow = borrow
 
 
 @dataclass(slots=True)
@@ -90,9 +96,18 @@ class PodSetAssignment:
     name: str
     count: int
     requests: dict[str, int]  # totals for ``count`` pods
-    flavors: dict[str, FlavorChoice] = field(default_factory=dict)
-    blockers: list[Blocker] = field(default_factory=list)
-    failed: bool = False
+    flavors: dict[str, FlavorChoice]
+    blockers: list[Blocker]
+    failed: bool
+
+    def __init__(self, name: str, count: int, requests: dict[str, int]) -> None:
+        # Written out: see quota/__init__.py, "Hot classes".
+        self.name = name
+        self.count = count
+        self.requests = requests
+        self.flavors = {}
+        self.blockers = []
+        self.failed = False
 
     @property
     def mode(self) -> Mode:
@@ -111,7 +126,13 @@ class Assignment:
 
     pod_sets: list[PodSetAssignment]
     usage: dict[FlavorResource, int]
-    progress: dict[tuple[int, str], int] = field(default_factory=dict)
+    progress: dict[tuple[int, str], int]
+
+    def __init__(self, pod_sets: list[PodSetAssignment], usage: dict[FlavorResource, int]) -> None:
+        # Written out: see quota/__init__.py, "Hot classes".
+        self.pod_sets = pod_sets
+        self.usage = usage
+        self.progress = {}
 
     @property
     def pending_flavors(self) -> bool:

@@ -40,7 +40,7 @@ class BlockerLevel(StrEnum):
     COHORT = "Cohort"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Blocker:
     """One resource in one flavor that does not fit, and the level of the tree that refuses it."""
 
@@ -48,9 +48,27 @@ class Blocker:
     level: BlockerLevel
     name: str
     resource: str
-    flavor: str | None = None
-    requested: int = 0
-    available: int = 0
+    flavor: str | None
+    requested: int
+    available: int
+
+    def __init__(  # written out: see quota/__init__.py, "Hot classes"
+        self,
+        code: ReasonCode,
+        level: BlockerLevel,
+        name: str,
+        resource: str,
+        flavor: str | None = None,
+        requested: int = 0,
+        available: int = 0,
+    ) -> None:
+        self.code = code
+        self.level = level
+        self.name = name
+        self.resource = resource
+        self.flavor = flavor
+        self.requested = requested
+        self.available = available
 
     @classmethod
     def uncovered(cls, queue: str, resource: str) -> Blocker:

@@ -16,7 +16,7 @@ One cycle:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.entry import Entry, Status
@@ -67,13 +67,20 @@ class Preemption:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class CycleResult:
-    heads: list[str] = field(default_factory=list)
-    admitted_records: list[AdmittedWorkload] = field(default_factory=list)
-    preempted_records: list[AdmittedWorkload] = field(default_factory=list)
-    reasons: dict[str, PendingReason] = field(default_factory=dict)
-    preemptions: dict[str, Preemption] = field(default_factory=dict)
+    heads: list[str]
+    admitted_records: list[AdmittedWorkload]
+    preempted_records: list[AdmittedWorkload]
+    reasons: dict[str, PendingReason]
+    preemptions: dict[str, Preemption]
+
+    def __init__(self) -> None:  # written out: see quota/__init__.py, "Hot classes"
+        self.heads = []
+        self.admitted_records = []
+        self.preempted_records = []
+        self.reasons = {}
+        self.preemptions = {}
 
     @property
     def admitted(self) -> list[str]:
@@ -318,13 +325,15 @@ class Scheduler:
         result.admitted_records.append(record)
 
 
-@dataclass(frozen=True, slots=True)
 class _ScanState:
     """Where a workload's flavor scan stopped, and when."""
 
-    cycle: int
-    generation: int
-    progress: ScanProgress
+    __slots__ = ("cycle", "generation", "progress")
+
+    def __init__(self, cycle: int, generation: int, progress: ScanProgress) -> None:
+        self.cycle = cycle
+        self.generation = generation
+        self.progress = progress
 
 
 class _Cycle:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
 from itertools import chain
 from operator import itemgetter
@@ -78,11 +77,13 @@ _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor
 _Ranked = tuple[VictimKey, AdmittedWorkload]
 
 
-@dataclass(frozen=True, slots=True)
 class _Candidate:
-    record: AdmittedWorkload
-    lca: ResourceNode | None  # lowest common ancestor with the preemptor's queue
-    variant: _Variant
+    __slots__ = ("lca", "record", "variant")
+
+    def __init__(self, record: AdmittedWorkload, lca: ResourceNode | None, variant: _Variant):
+        self.record = record
+        self.lca = lca  # lowest common ancestor with the preemptor's queue
+        self.variant = variant
 
 
 def victim_order(record: AdmittedWorkload) -> VictimKey:
@@ -228,25 +229,36 @@ class _Entry:
             self.sums[fr], self.largest[fr] = sums, largest
 
 
-@dataclass(slots=True)
 class _Stream:
     """One queue's candidates in victim order (those its policy allows), all with the
     same lowest common ancestor with the preemptor's queue."""
 
-    queue: ClusterQueueNode
-    lca: ResourceNode | None
-    advantage: bool
-    entry: _Entry
-    stop: int  # the candidates are the first ``stop`` of ``entry.ranked``
+    __slots__ = ("advantage", "entry", "lca", "queue", "stop")
+
+    def __init__(
+        self,
+        queue: ClusterQueueNode,
+        lca: ResourceNode | None,
+        advantage: bool,
+        entry: _Entry,
+        stop: int,
+    ) -> None:
+        self.queue = queue
+        self.lca = lca
+        self.advantage = advantage
+        self.entry = entry
+        self.stop = stop  # the candidates are the first ``stop`` of ``entry.ranked``
 
 
-@dataclass(frozen=True, slots=True)
 class _Place:
     """A queue that candidates may come from, and its lowest common ancestor with the
     preemptor's queue."""
 
-    queue: ClusterQueueNode
-    lca: CohortNode
+    __slots__ = ("lca", "queue")
+
+    def __init__(self, queue: ClusterQueueNode, lca: CohortNode) -> None:
+        self.queue = queue
+        self.lca = lca
 
 
 def classical_targets(

@@ -31,17 +31,22 @@ class PreemptionReason(StrEnum):
     IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Target:
     record: AdmittedWorkload
     reason: PreemptionReason
+
+    def __init__(self, record: AdmittedWorkload, reason: PreemptionReason) -> None:
+        # Written out: see quota/__init__.py, "Hot classes".
+        self.record = record
+        self.reason = reason
 
     @property
     def name(self) -> str:
         return self.record.name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreemptionRequest:
     """A workload that needs room: its queue, its whole usage, and the flavor-resources
     in which it must preempt."""
@@ -50,6 +55,18 @@ class PreemptionRequest:
     queue: ClusterQueueNode
     usage: Mapping[FlavorResource, int]
     needs_preemption: frozenset[FlavorResource]
+
+    def __init__(  # written out: see quota/__init__.py, "Hot classes"
+        self,
+        workload: Workload,
+        queue: ClusterQueueNode,
+        usage: Mapping[FlavorResource, int],
+        needs_preemption: frozenset[FlavorResource],
+    ) -> None:
+        self.workload = workload
+        self.queue = queue
+        self.usage = usage
+        self.needs_preemption = needs_preemption
 
 
 def satisfies_policy(preemptor: Workload, candidate: Workload, policy: str) -> bool:
