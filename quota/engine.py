@@ -93,6 +93,10 @@ class QuotaEngine:
             )
         if self.state.queues[queue].spec.stopped:
             return PendingReason(ReasonCode.QUEUE_STOPPED, f"cluster queue {queue} is stopped")
+        # A class set aside with its head since this one's own last try: the head's.
+        shared = self.queues.reason(workload)
+        if shared is not None:
+            return shared
         return self._reasons.get(name) or PendingReason(
             ReasonCode.QUEUED, f"not yet considered: other workloads of {queue} are ahead of it"
         )
@@ -257,6 +261,9 @@ class QuotaEngine:
     def _enqueue(self, workload: Workload) -> None:
         """Queue ``workload`` as the tree sees it now (with what its run would commit),
         replacing what was queued for it; or hold it back if it cannot be run."""
+        shared = self.queues.reason(workload)
+        if shared is not None:
+            self._reasons[workload.name] = shared  # queued anew, it would join after it
         self.queues.remove(workload)
         self._unrunnable.discard(workload.name)
         self._refresh_at.pop(workload.name, None)

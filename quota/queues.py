@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from quota.budgets import is_budget
 from quota.model import ClusterQueueSpec, QueueingStrategy, WithinClusterQueue, Workload
+from quota.reasons import PendingReason
 
 __all__ = ["PendingQueue", "QueueManager", "queue_key"]
 
@@ -105,6 +106,13 @@ class PendingQueue:
     # Each waiting workload (active or set aside) and its equivalence key: computed
     # once, as a set-aside workload comes back every time quota is released.
     keys: dict[str, tuple[Workload, Hashable]] = field(default_factory=dict)
+    # Why a class set aside with its head waits: the class's members then share the
+    # head's reason, kept once for the class (a class can hold thousands) with the
+    # set-aside's number. Each waiting member's number when it joined its class says
+    # whether it was there (see :meth:`reason`).
+    shared_reasons: dict[Hashable, tuple[int, PendingReason]] = field(default_factory=dict)
+    joined: dict[str, int] = field(default_factory=dict)
+    set_asides: int = 0
 
     def _key(self, workload: Workload) -> Hashable:
         known = self.keys.get(workload.name)
@@ -124,6 +132,7 @@ class PendingQueue:
         if group is None:
             group = self.classes[key] = _Class()
         group.members[workload.name] = workload
+        self.joined[workload.name] = self.set_asides
         order = queue_key(workload)
         heapq.heappush(group.heap, (order, next(self.numbers), workload))
         if key in self.blocked:
@@ -178,11 +187,12 @@ class PendingQueue:
             workload = entry[2]
             del group.members[workload.name]
             del self.keys[workload.name]
+            del self.joined[workload.name]
             after = group.head()
             if after is not None:
                 self._enter(key, group, after[0])
             else:
-                del classes[key]
+                self._drop_class(key)
             return workload
         return None
 
@@ -193,11 +203,12 @@ class PendingQueue:
             return False
         if self.inadmissible.pop(name, None) is not None:
             return True
+        del self.joined[name]
         key = known[1]
         group = self.classes[key]
         del group.members[name]
         if not group.members:
-            del self.classes[key]
+            self._drop_class(key)
         elif len(group.heap) > 2 * len(group.members) + 32:
             # Many left without being handed out: drop their entries at once.
             members = group.members
@@ -205,16 +216,38 @@ class PendingQueue:
             heapq.heapify(group.heap)
         return True
 
-    def set_aside(self, workload: Workload, *, with_equivalents: bool) -> list[str]:
+    def _drop_class(self, key: Hashable) -> None:
+        """Its last member left (one joining later was not there for its reason)."""
+        del self.classes[key]
+        self.shared_reasons.pop(key, None)
+
+    def set_aside(
+        self, workload: Workload, *, with_equivalents: bool, reason: PendingReason | None = None
+    ) -> bool:
         """Set a head aside; with ``with_equivalents`` also every pending workload that
-        would fare the same. Returns the names of those equivalents."""
+        would fare the same, which then wait for the head's ``reason`` too (see
+        :meth:`reason`). Whether they were set aside."""
         key = self._key(workload)
         self.inadmissible[workload.name] = workload
         if not with_equivalents or not self.equivalence or key in self.blocked:
-            return []
+            return False
         self.blocked.add(key)
-        group = self.classes.get(key)
-        return [] if group is None else list(group.members)
+        if reason is not None:
+            self.set_asides += 1
+            self.shared_reasons[key] = (self.set_asides, reason)
+        return True
+
+    def reason(self, name: str) -> PendingReason | None:
+        """The reason a waiting workload shares with its class: that of the last head
+        set aside with it, if it has waited in the class since. (Handed out since, it
+        has a reason of its own; come back since, it joined after.)"""
+        joined = self.joined.get(name)
+        if joined is None:
+            return None
+        shared = self.shared_reasons.get(self.keys[name][1])
+        if shared is None or shared[0] <= joined:
+            return None
+        return shared[1]
 
     def requeue_inadmissible(self) -> bool:
         """Quota was released in the cohort: everything set aside waits again. Whether
@@ -286,22 +319,33 @@ class QueueManager:
         return heads
 
     def requeue(
-        self, workload: Workload, *, immediate: bool, sticky: bool = False, alike: bool = True
-    ) -> list[str]:
+        self,
+        workload: Workload,
+        *,
+        immediate: bool,
+        sticky: bool = False,
+        alike: bool = True,
+        reason: PendingReason | None = None,
+    ) -> None:
         """Return a head that was not admitted: to the front, or set aside. A
         ``sticky`` one (waiting for its preemptions) stays the head of a
         BestEffortFIFO queue whatever arrives meanwhile. Set aside, it takes the
         workloads equivalent to it along (unless not ``alike``: its fate turned on
-        more than the equivalence key says); their names are returned."""
+        more than the equivalence key says), and they wait for its ``reason``."""
         queue = self.queues[workload.cluster_queue]
         if sticky and queue.strategy is QueueingStrategy.BEST_EFFORT_FIFO:
             queue.sticky = workload.name
         if immediate or sticky or queue.strategy is QueueingStrategy.STRICT_FIFO:
             queue.push(workload)
             self._ready.add(queue.name)
-            return []
+            return
         self._parked.add(queue.name)
-        return queue.set_aside(workload, with_equivalents=alike)
+        queue.set_aside(workload, with_equivalents=alike, reason=reason)
+
+    def reason(self, workload: Workload) -> PendingReason | None:
+        """The reason a waiting workload shares with its class (see
+        :meth:`PendingQueue.reason`)."""
+        return self.queues[workload.cluster_queue].reason(workload.name)
 
     def requeue_inadmissible(self, queue_names: Iterable[str]) -> None:
         """Quota was released where these queues are: what they set aside waits again."""

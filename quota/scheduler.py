@@ -152,7 +152,7 @@ class Scheduler:
                 self._scans.pop(entry.workload.name, None)  # the next scan starts afresh
             if entry.status is Status.ADMITTED:
                 continue
-            alike = self.queues.requeue(
+            self.queues.requeue(
                 entry.workload,
                 immediate=entry.immediate,
                 sticky=entry.sticky,
@@ -160,10 +160,10 @@ class Scheduler:
                 alike=not any(
                     b.resource in entry.queue.budget_resources for b in entry.assignment.blockers
                 ),
+                reason=entry.reason,
             )
             if entry.reason is not None:
                 result.reasons[entry.workload.name] = entry.reason
-                result.reasons.update(dict.fromkeys(alike, entry.reason))
 
     def _evict(self, cycle: _Cycle, result: CycleResult, now: float) -> None:
         touched = set()

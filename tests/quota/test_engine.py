@@ -107,6 +107,27 @@ def test_finish_releases_quota_and_the_next_workload_gets_it() -> None:
     assert e.reason("second") is None
 
 
+def test_workloads_set_aside_with_a_head_tell_its_reason_until_tried_themselves() -> None:
+    e = engine(gpu_queue("a", 4))
+    e.add(job("running", "a", 4, created=0))
+    e.schedule()
+    for name, created in (("w1", 1), ("w2", 2), ("w3", 3)):
+        e.add(job(name, "a", 2, created=created))
+    e.add(job("big", "a", 3, created=4))  # another class: tried on its own
+    e.schedule()
+    head = e.reason("w1")
+    assert head is not None and head.code is ReasonCode.NO_PREEMPTION_CANDIDATES
+    assert e.reason("w2") is head and e.reason("w3") is head
+    assert e.reason("big") is not head and "3" in e.reason("big").message  # type: ignore[union-attr]
+    e.add(job("late", "a", 2, created=5))  # joins the set-aside class after the fact
+    assert e.reason("late").code is ReasonCode.QUEUED  # type: ignore[union-attr]
+    e.finish("running")
+    e.schedule()  # w1 and w2 run; w3 is tried again, on its own
+    assert set(e.admitted) == {"w1", "w2"}
+    again = e.reason("w3")
+    assert again is not None and again is not head and "0 available" in again.message
+
+
 def test_errors_for_impossible_operations() -> None:
     e = engine(gpu_queue("a", 4))
     e.add(job("w", "a", 8))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from quota.model import PodSet, QueueingStrategy, Workload
 from quota.queues import PendingQueue, queue_key
+from quota.reasons import PendingReason, ReasonCode
 from tests.quota.pending_queue_reference import ReferencePendingQueue
 
 GPU = "nvidia.com/gpu"
@@ -44,6 +45,7 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
     active: dict[str, Workload] = {}  # what the queue should hand out, by name
     aside: dict[str, Workload] = {}  # set aside, back on the next requeue
     blocked: set[tuple[int, int]] = set()  # (priority, GPUs) known not to fit
+    told: dict[str, PendingReason] = {}  # the reason a set-aside head left its equivalents
     for op in ops:
         match op:
             case ("push", number, priority, gpus):
@@ -51,6 +53,7 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
                 if workload.name in active:
                     continue
                 aside.pop(workload.name, None)
+                told.pop(workload.name, None)  # it joins its class anew
                 queue.push(workload)
                 # Alike to a workload set aside since quota was last released: aside too.
                 waiting = aside if (int(priority), int(gpus)) in blocked else active
@@ -62,13 +65,19 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
                 if head is None:
                     continue
                 del active[head.name]
+                told.pop(head.name, None)  # handed out: the engine gives it its own
                 # Not admitted: set aside, with every workload alike when asked.
-                moved = queue.set_aside(head, with_equivalents=bool(alike))
+                reason = PendingReason(ReasonCode.INSUFFICIENT_QUOTA, f"{head.name} did not fit")
+                moved = queue.set_aside(head, with_equivalents=bool(alike), reason=reason)
+                assert moved == bool(alike)
                 aside[head.name] = head
                 if alike:
-                    blocked.add((head.priority, head.pod_sets[0].requests[GPU] // 1000))
-                for name in moved:
-                    aside[name] = active.pop(name)
+                    kind = (head.priority, head.pod_sets[0].requests[GPU])
+                    blocked.add((head.priority, kind[1] // 1000))
+                    for name, workload in list(active.items()):
+                        if (workload.priority, workload.pod_sets[0].requests[GPU]) == kind:
+                            aside[name] = active.pop(name)
+                            told[name] = reason
             case ("requeue",):
                 queue.requeue_inadmissible()
                 active.update(aside)
@@ -80,7 +89,10 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
                 assert removed == (name in active or name in aside)
                 active.pop(name, None)
                 aside.pop(name, None)
+                told.pop(name, None)
         assert {w.name for w in queue.workloads()} == set(active) | set(aside)
+        for name in set(active) | set(aside):
+            assert queue.reason(name) is told.get(name), name
     # Drained, the queue hands out what is active in order, each once.
     drained = []
     while (head := queue.pop()) is not None:
@@ -123,6 +135,7 @@ def test_the_queue_decides_as_the_reference_queue(
     reference = ReferencePendingQueue(
         "q", QueueingStrategy.BEST_EFFORT_FIFO, equivalence=equivalence
     )
+    told: dict[str, PendingReason] = {}  # the reason each equivalent set aside was left
     for op in ops:
         match op:
             case ("push", number, priority, gpus, queued):
@@ -135,12 +148,16 @@ def test_the_queue_decides_as_the_reference_queue(
                     queued=None if queued == 0 else float(queued),
                 )
                 assert queue.remove(workload.name) == reference.remove(workload.name)
+                told.pop(workload.name, None)
                 queue.push(workload)
                 reference.push(workload)
             case ("pop", disposal):
                 head = queue.pop()
                 assert head is reference.pop()
-                if head is None or disposal == "admit":
+                if head is None:
+                    continue
+                told.pop(head.name, None)
+                if disposal == "admit":
                     continue
                 if disposal in ("front", "sticky"):
                     if disposal == "sticky":
@@ -149,16 +166,21 @@ def test_the_queue_decides_as_the_reference_queue(
                     reference.push(head)
                     continue
                 alike = disposal == "alike"
-                moved = queue.set_aside(head, with_equivalents=alike)
-                assert sorted(moved) == sorted(reference.set_aside(head, with_equivalents=alike))
+                reason = PendingReason(ReasonCode.INSUFFICIENT_QUOTA, f"{head.name} did not fit")
+                moved = reference.set_aside(head, with_equivalents=alike)
+                returned = queue.set_aside(head, with_equivalents=alike, reason=reason)
+                assert returned or not moved
+                told.update(dict.fromkeys(moved, reason))
             case ("requeue",):
                 assert queue.requeue_inadmissible() == reference.requeue_inadmissible()
             case ("remove", number):
                 name = f"w{int(number):02d}"
                 assert queue.remove(name) == reference.remove(name)
-        assert sorted(w.name for w in queue.workloads()) == sorted(
-            w.name for w in reference.workloads()
-        )
+                told.pop(name, None)
+        waiting = sorted(w.name for w in reference.workloads())
+        assert sorted(w.name for w in queue.workloads()) == waiting
+        # What each waiting workload is told: what the reference's names got, eagerly.
+        assert {n: queue.reason(n) for n in waiting} == {n: told.get(n) for n in waiting}
     queue.requeue_inadmissible()
     reference.requeue_inadmissible()
     while (head := queue.pop()) is not None:
@@ -176,9 +198,12 @@ def test_a_workload_that_joins_a_set_aside_class_ahead_of_it_comes_back_first() 
     for workload in (first, later, other):
         queue.push(workload)
     assert queue.pop() is first
-    assert queue.set_aside(first, with_equivalents=True) == [later.name]
+    full = PendingReason(ReasonCode.INSUFFICIENT_QUOTA, "no room")
+    assert queue.set_aside(first, with_equivalents=True, reason=full)
+    assert queue.reason(later.name) is full and queue.reason(other.name) is None
     newcomer = _workload(14, 0, 1)  # created 0: ahead of everyone
     queue.push(newcomer)
+    assert queue.reason(newcomer.name) is None  # not there when its class was set aside
     assert queue.remove(first.name)
     assert queue.pop() is other  # the only one not set aside
     queue.set_aside(other, with_equivalents=True)
