@@ -7,10 +7,12 @@ or releasing a workload touches only the nodes on its queue's path to the root.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 
 from quota.budgets import (
     budgets_of,
@@ -37,7 +39,10 @@ from quota.periods import period_start, seconds_between
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, add_usage, remove_usage
 
-__all__ = ["AdmittedWorkload", "ClusterQueueNode", "ClusterState", "CohortNode"]
+__all__ = ["AdmittedWorkload", "ClusterQueueNode", "ClusterState", "CohortNode", "victim_order"]
+
+VictimKey = tuple[int, float, str]
+_victim_key = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -58,6 +63,12 @@ class AdmittedWorkload:
     @property
     def priority(self) -> int:
         return self.workload.priority
+
+
+def victim_order(record: AdmittedWorkload) -> VictimKey:
+    """Preemption's order of candidates: lower priority first, then the most recently
+    admitted, then by name."""
+    return (record.priority, -record.admitted_at, record.name)
 
 
 class CohortNode(ResourceNode):
@@ -91,6 +102,7 @@ class ClusterQueueNode(ResourceNode):
         "flavor_resources",
         "group_of",
         "spec",
+        "victims",
     )
 
     def __init__(self, spec: ClusterQueueSpec) -> None:
@@ -107,6 +119,10 @@ class ClusterQueueNode(ResourceNode):
         # Bumped whenever ``admitted`` changes (and put back by ``ClusterState.without``),
         # so what is derived from it can be kept until it does.
         self.admitted_version = 0
+        # ``admitted`` in :func:`victim_order`, kept as workloads are admitted and
+        # released (not by ``attach``/``detach``: a simulation puts back what it takes),
+        # so the preemption searches never sort a queue's workloads.
+        self.victims: list[tuple[VictimKey, AdmittedWorkload]] = []
         self.group_of = {
             resource: index
             for index, group in enumerate(spec.resource_groups)
@@ -208,6 +224,8 @@ class ClusterState:
 
     def admit(self, record: AdmittedWorkload) -> None:
         queue = self.attach(record)
+        # Keys are unique (they end with the name): the record is never compared.
+        bisect.insort(queue.victims, (victim_order(record), record), key=_victim_key)
         root = id(self.root_of(queue))
         self.generations[root] = self.generations.get(root, 0) + 1
 
@@ -216,6 +234,8 @@ class ClusterState:
         what it really used of each budget this period is charged."""
         record = self.admitted[name]
         queue = self.detach(record)
+        victims = queue.victims
+        del victims[bisect.bisect_left(victims, victim_order(record), key=_victim_key)]
         for fr, amount in self.run_use(record).items():
             self.charge_budget(queue, fr, amount)
         root = id(self.root_of(queue))

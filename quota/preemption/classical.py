@@ -30,9 +30,15 @@ import heapq
 from collections.abc import Iterator, Mapping
 from enum import IntEnum
 from itertools import chain
-from operator import itemgetter
 
-from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState, CohortNode
+from quota.cache import (
+    AdmittedWorkload,
+    ClusterQueueNode,
+    ClusterState,
+    CohortNode,
+    VictimKey,
+    victim_order,
+)
 from quota.model import BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinClusterQueue
 from quota.preemption.common import (
     PreemptionReason,
@@ -72,7 +78,6 @@ _BORROW_NEVER = BorrowWithinCohortPolicy.NEVER
 _RECLAIM_NEVER = ReclaimWithinCohort.NEVER
 _WITHIN_NEVER = WithinClusterQueue.NEVER
 
-VictimKey = tuple[int, float, str]
 _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
 _Ranked = tuple[VictimKey, AdmittedWorkload]
 
@@ -84,11 +89,6 @@ class _Candidate:
         self.record = record
         self.lca = lca  # lowest common ancestor with the preemptor's queue
         self.variant = variant
-
-
-def victim_order(record: AdmittedWorkload) -> VictimKey:
-    """Lower priority first, then the most recently admitted, then by name."""
-    return (record.priority, -record.admitted_at, record.name)
 
 
 class CandidateIndex:
@@ -155,14 +155,7 @@ class CandidateIndex:
         key = (queue.name, frs)
         entry = self._ranked.get(key)
         if entry is None or entry.version != queue.admitted_version:
-            ranked = sorted(
-                (
-                    (victim_order(record), record)
-                    for record in queue.admitted.values()
-                    if any(fr in frs for fr in record.usage)
-                ),
-                key=itemgetter(0),
-            )
+            ranked = [item for item in queue.victims if any(fr in item[1].usage for fr in frs)]
             entry = self._ranked[key] = _Entry(queue.admitted_version, ranked, frs)
         return entry
 

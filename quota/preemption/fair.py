@@ -65,9 +65,6 @@ Key = tuple[bool, float]
 _ZERO: Key = (False, 0.0)
 _NEGATIVE: Key = (False, -1.0)  # NEGATIVE_DRS
 _by_name = attrgetter("name")
-_name = attrgetter("workload.name")
-_admitted_at = attrgetter("admitted_at")
-_priority = attrgetter("workload.priority")
 
 
 class _NodeShare:
@@ -297,12 +294,7 @@ class FairIndex:
         key = (queue.name, needs)
         entry = self._ranked.get(key)
         if entry is None or entry[0] != queue.admitted_version:
-            records = [r for r in queue.admitted.values() if not needs.isdisjoint(r.usage)]
-            # _victim_order, as three stable sorts on keys read in C: by name, then
-            # most recently admitted first, then by priority.
-            records.sort(key=_name)
-            records.sort(key=_admitted_at, reverse=True)
-            records.sort(key=_priority)
+            records = [r for _, r in queue.victims if not needs.isdisjoint(r.usage)]
             entry = self._ranked[key] = (
                 queue.admitted_version,
                 records,
