@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -348,38 +347,14 @@ class ClusterState:
         self.refund(queue, record.usage)
         return queue
 
-    @contextmanager
-    def ended(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:
-        """Simulate that ``records`` ended now: no quota held, their real use of each
-        budget charged; then put them back."""
-        gone = list(records)
-        charged = [(self.queues[r.admission.cluster_queue], self.run_use(r)) for r in gone]
-        with self.without(gone):
-            for queue, use in charged:
-                self.charge(queue, use)
-            try:
-                yield
-            finally:
-                for queue, use in charged:
-                    self.refund(queue, use)
+    def ended(self, records: Iterable[AdmittedWorkload]) -> _Ended:
+        """A context in which ``records`` ended now: no quota held, their real use of
+        each budget charged; then put back."""
+        return _Ended(self, list(records))
 
-    @contextmanager
-    def without(self, records: Iterable[AdmittedWorkload]) -> Iterator[None]:
-        """Simulate that ``records`` hold no quota, then put them back."""
-        gone = list(records)
-        versions = {
-            name: self.queues[name].admitted_version
-            for name in {r.admission.cluster_queue for r in gone}
-        }
-        for record in gone:
-            self.detach(record)
-        try:
-            yield
-        finally:
-            for record in reversed(gone):
-                self.attach(record)
-            for name, version in versions.items():
-                self.queues[name].admitted_version = version  # the same workloads again
+    def without(self, records: Iterable[AdmittedWorkload]) -> _Without:
+        """A context in which ``records`` hold no quota; then put back."""
+        return _Without(self, list(records))
 
     @staticmethod
     def charge(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
@@ -390,6 +365,58 @@ class ClusterState:
     def refund(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
         for fr, amount in usage.items():
             remove_usage(queue, fr, amount)
+
+
+# Context managers written as classes, not with @contextmanager: the scheduler's fit
+# checks and simulations enter them all the time, and contextlib's are interpreted
+# Python even when the engine is compiled.
+
+
+class _Without:
+    """:meth:`ClusterState.without`."""
+
+    __slots__ = ("gone", "state", "versions")
+
+    def __init__(self, state: ClusterState, gone: list[AdmittedWorkload]) -> None:
+        self.state = state
+        self.gone = gone
+        self.versions: dict[str, int] = {}
+
+    def __enter__(self) -> None:
+        queues = self.state.queues
+        for record in self.gone:
+            name = record.admission.cluster_queue
+            self.versions.setdefault(name, queues[name].admitted_version)
+        for record in self.gone:
+            self.state.detach(record)
+
+    def __exit__(self, *exc: object) -> None:
+        for record in reversed(self.gone):
+            self.state.attach(record)
+        queues = self.state.queues
+        for name, version in self.versions.items():
+            queues[name].admitted_version = version  # the same workloads again
+
+
+class _Ended:
+    """:meth:`ClusterState.ended`."""
+
+    __slots__ = ("charged", "state", "without")
+
+    def __init__(self, state: ClusterState, gone: list[AdmittedWorkload]) -> None:
+        self.state = state
+        self.charged = [(state.queues[r.admission.cluster_queue], state.run_use(r)) for r in gone]
+        self.without = _Without(state, gone)
+
+    def __enter__(self) -> None:
+        self.without.__enter__()
+        for queue, spent in self.charged:
+            self.state.charge(queue, spent)
+
+    def __exit__(self, *exc: object) -> None:
+        for queue, spent in self.charged:
+            self.state.refund(queue, spent)
+        self.without.__exit__()
 
 
 def _quotas(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, ResourceQuota]:
