@@ -19,7 +19,7 @@ from quota.tree import ResourceNode, potential_available
 __all__ = ["DRS", "NEGATIVE_DRS", "compare_drs", "dominant_resource_share"]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: never changed once built
 class DRS:
     weight: float
     ratio: float

@@ -78,7 +78,7 @@ _BORROW_TRY_NEXT = WhenCanBorrow.TRY_NEXT_FLAVOR
 Simulator = Callable[[FlavorResource, int], tuple[Mode, int]]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: never changed once built
 class FlavorChoice:
     flavor: str
     mode: Mode

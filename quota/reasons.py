@@ -40,7 +40,7 @@ class BlockerLevel(StrEnum):
     COHORT = "Cohort"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: never changed once built
 class Blocker:
     """One resource in one flavor that does not fit, and the level of the tree that refuses it."""
 

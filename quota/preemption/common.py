@@ -31,7 +31,7 @@ class PreemptionReason(StrEnum):
     IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: never changed once built
 class Target:
     record: AdmittedWorkload
     reason: PreemptionReason
