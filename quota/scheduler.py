@@ -69,6 +69,9 @@ class Preemption:
 
 @dataclass(slots=True)
 class CycleResult:
+    """What one cycle did. ``reasons``: why each head not admitted waits; the workloads
+    set aside with a head share its reason (ask :meth:`QuotaEngine.reason`)."""
+
     heads: list[str]
     admitted_records: list[AdmittedWorkload]
     preempted_records: list[AdmittedWorkload]
