@@ -64,6 +64,9 @@ class AdmittedWorkload:
         return self.workload.priority
 
 
+Victim = tuple[VictimKey, AdmittedWorkload]  # an entry of ``ClusterQueueNode.victims``
+
+
 def victim_order(record: AdmittedWorkload) -> VictimKey:
     """Preemption's order of candidates: lower priority first, then the most recently
     admitted, then by name."""
@@ -121,7 +124,7 @@ class ClusterQueueNode(ResourceNode):
         # ``admitted`` in :func:`victim_order`, kept as workloads are admitted and
         # released (not by ``attach``/``detach``: a simulation puts back what it takes),
         # so the preemption searches never sort a queue's workloads.
-        self.victims: list[tuple[VictimKey, AdmittedWorkload]] = []
+        self.victims: list[Victim] = []
         self.group_of = {
             resource: index
             for index, group in enumerate(spec.resource_groups)

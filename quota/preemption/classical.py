@@ -36,7 +36,7 @@ from quota.cache import (
     ClusterQueueNode,
     ClusterState,
     CohortNode,
-    VictimKey,
+    Victim,
     victim_order,
 )
 from quota.model import BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinClusterQueue
@@ -79,7 +79,6 @@ _RECLAIM_NEVER = ReclaimWithinCohort.NEVER
 _WITHIN_NEVER = WithinClusterQueue.NEVER
 
 _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
-_Ranked = tuple[VictimKey, AdmittedWorkload]
 
 
 class _Candidate:
@@ -207,7 +206,7 @@ class _Entry:
 
     __slots__ = ("largest", "priorities", "ranked", "sums", "version")
 
-    def __init__(self, version: int, ranked: list[_Ranked], frs: frozenset[FlavorResource]):
+    def __init__(self, version: int, ranked: list[Victim], frs: frozenset[FlavorResource]):
         self.version = version
         self.ranked = ranked
         self.priorities = [k[0] for k, _ in ranked]

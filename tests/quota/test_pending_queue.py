@@ -38,6 +38,11 @@ def _workload(number: int, priority: int, gpus: int) -> Workload:
     )
 
 
+def _kind(workload: Workload) -> tuple[int, int]:
+    """(priority, GPUs): what makes workloads of :func:`_workload` alike."""
+    return workload.priority, workload.pod_sets[0].requests[GPU] // 1000
+
+
 @settings(max_examples=300, deadline=None)
 @given(operations)
 def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]]) -> None:
@@ -72,10 +77,10 @@ def test_the_head_is_always_the_best_active_workload(ops: list[tuple[Any, ...]])
                 assert moved == bool(alike)
                 aside[head.name] = head
                 if alike:
-                    kind = (head.priority, head.pod_sets[0].requests[GPU])
-                    blocked.add((head.priority, kind[1] // 1000))
+                    kind = _kind(head)
+                    blocked.add(kind)
                     for name, workload in list(active.items()):
-                        if (workload.priority, workload.pod_sets[0].requests[GPU]) == kind:
+                        if _kind(workload) == kind:
                             aside[name] = active.pop(name)
                             told[name] = reason
             case ("requeue",):
