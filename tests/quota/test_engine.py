@@ -118,6 +118,8 @@ def test_workloads_set_aside_with_a_head_tell_its_reason_until_tried_themselves(
     head = e.reason("w1")
     assert head is not None and head.code is ReasonCode.NO_PREEMPTION_CANDIDATES
     assert e.reason("w2") is head and e.reason("w3") is head
+    # Shared with workloads of other submitters alike: it names quota, never the head.
+    assert "w1" not in head.message and all("w1" not in str(d) for d in head.detail())
     assert head.detail()[0]["code"] == "InsufficientQuota" and hash(head) == hash(e.reason("w3"))
     assert e.reason("big") is not head and "3" in e.reason("big").message  # type: ignore[union-attr]
     e.add(job("late", "a", 2, created=5))  # joins the set-aside class after the fact
