@@ -20,7 +20,10 @@ Most searches find nothing. Before listing candidates, a search bounds what its
 removals could ever free (:func:`_cannot_fit`): from the cohorts' totals when one
 flavor-resource is contested (:meth:`CandidateIndex.reclaimable`, one step per
 level of the tree), then per attempt from the streams; an attempt that could not
-fit even after taking all that is not run.
+fit even after taking all that is not run. A queue with a borrowing limit never
+holds more than its quota plus that limit, and only its own candidates lower what
+it holds (:func:`_beyond_ceiling`): a queue at its limit is refuted before the
+tree is walked.
 """
 
 from __future__ import annotations
@@ -266,6 +269,8 @@ def classical_targets(
     if len(frs) == 1 and _cannot_fit_at_all(index, request, same_queue):
         return []  # decided from the cohorts' totals, before any candidate is listed
     own = _most_freed(same_queue, frs)
+    if _beyond_ceiling(request, own):
+        return []  # decided from the queue's own candidates, before the tree is walked
     # What the queue has available now; each attempt starts from the same usage.
     room = {fr: queue_available(queue, fr) for fr in frs}
     near, far = _cohort_queues(index, request)
@@ -373,23 +378,44 @@ def _cannot_fit(
 def _cannot_fit_at_all(
     index: CandidateIndex, request: PreemptionRequest, same_queue: list[_Stream]
 ) -> bool:
-    """Would neither attempt fit, for one contested flavor-resource? :func:`_cannot_fit`
-    of both attempts, with what the ``hierarchical`` and ``by_priority`` groups can
-    free bounded by :func:`_reclaimable`; in plain numbers, since most searches end
-    here."""
+    """Would neither attempt fit, for one contested flavor-resource?
+    :func:`_beyond_ceiling`, then :func:`_cannot_fit` of both attempts, with what the
+    ``hierarchical`` and ``by_priority`` groups can free bounded by
+    :func:`_reclaimable`; in plain numbers, since most searches end here."""
     queue = request.queue
     (fr,) = request.needs_preemption
     mine = 0
     if same_queue:
         (stream,) = same_queue
         mine = stream.entry.sums[fr][stream.stop]  # its _most_freed: the queue's own
-    near, far = _reclaimable(index, request, fr)
     amount = request.usage.get(fr, 0)
+    used = queue.usage.get(fr, 0) - mine
+    quota = queue.quota(fr)
+    limit = quota.borrowing_limit
+    if limit is not None and used + amount > queue.subtree_quota.get(fr, 0) + limit:
+        return True  # :func:`_beyond_ceiling`
+    near, far = _reclaimable(index, request, fr)
     most = queue_available(queue, fr) + mine + near
     borrow_never = queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
     if amount <= (most if borrow_never else most + far):
         return False  # the attempt that allows borrowing might fit
-    return amount > most + far or (queue.usage.get(fr, 0) - mine + amount > queue.quota(fr).nominal)
+    return amount > most + far or used + amount > quota.nominal
+
+
+def _beyond_ceiling(request: PreemptionRequest, own: _Freed) -> bool:
+    """Would the workload take its queue past quota plus borrowing limit even once all
+    the queue's own candidates (``own``, :func:`_most_freed`) are gone? What
+    :func:`quota.tree.available` gives a queue is at most that ceiling less its
+    usage, whatever the cohort frees, so then neither attempt fits."""
+    queue = request.queue
+    for fr in request.needs_preemption:
+        limit = queue.quota(fr).borrowing_limit
+        if limit is None:
+            continue
+        used = queue.usage.get(fr, 0) - own.get(fr, 0)
+        if used + request.usage.get(fr, 0) > queue.subtree_quota.get(fr, 0) + limit:
+            return True
+    return False
 
 
 def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Freed:
