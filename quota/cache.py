@@ -11,7 +11,7 @@ import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from quota.budgets import (
     budgets_of,
@@ -39,6 +39,8 @@ from quota.resources import FlavorResource
 from quota.tree import ResourceNode, add_usage, remove_usage
 
 __all__ = ["AdmittedWorkload", "ClusterQueueNode", "ClusterState", "CohortNode", "victim_order"]
+
+_name = attrgetter("name")
 
 VictimKey = tuple[int, float, str]
 _victim_key = itemgetter(0)
@@ -74,7 +76,7 @@ def victim_order(record: AdmittedWorkload) -> VictimKey:
 
 
 class CohortNode(ResourceNode):
-    __slots__ = ("child_cohorts", "child_queues", "height", "spec")
+    __slots__ = ("_by_name", "child_cohorts", "child_queues", "height", "spec")
 
     def __init__(self, spec: CohortSpec) -> None:
         super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
@@ -82,6 +84,18 @@ class CohortNode(ResourceNode):
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
         self.height = 0  # distance to the furthest leaf below (Kueue's getNodeHeight)
+        self._by_name: tuple[list[CohortNode], list[ClusterQueueNode]] | None = None
+
+    def by_name(self) -> tuple[list[CohortNode], list[ClusterQueueNode]]:
+        """The child cohorts and the child queues, each sorted by name (as fair sharing
+        visits them). Kept: a tree's shape is fixed once built."""
+        kept = self._by_name
+        if kept is None:
+            kept = self._by_name = (
+                sorted(self.child_cohorts, key=_name),
+                sorted(self.child_queues, key=_name),
+            )
+        return kept
 
     @property
     def cohort(self) -> CohortNode | None:

@@ -10,7 +10,6 @@ flavor-resource it requests, smaller share, higher priority, older, name.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from operator import attrgetter
 
 from quota.cache import ClusterQueueNode, ClusterState, CohortNode
 from quota.entry import Entry
@@ -22,7 +21,6 @@ __all__ = ["fair_sharing_order"]
 
 # (cohort name, workload name) -> share of the cohort's child on the workload's path
 Shares = dict[tuple[str, str], DRS]
-_by_name = attrgetter("name")
 
 
 def fair_sharing_order(state: ClusterState, entries: list[Entry]) -> Iterator[Entry]:
@@ -57,8 +55,6 @@ class _Tournament:
         self.root = root
         self.shares: Shares = {}
         self.requested: dict[str, dict[FlavorResource, int]] = {}
-        # Each cohort's children by name, sorted once: every pop plays the tree again.
-        self.children: dict[int, tuple[list[CohortNode], list[ClusterQueueNode]]] = {}
         self.members = [q for q in state.queues_under(root) if q.name in pending]
         for member in self.members:
             self._record_shares(state, member, pending[member.name])
@@ -96,19 +92,14 @@ class _Tournament:
         return best
 
     def _play(self, cohort: CohortNode) -> Entry | None:
-        children = self.children.get(id(cohort))
-        if children is None:
-            children = self.children[id(cohort)] = (
-                sorted(cohort.child_cohorts, key=_by_name),
-                sorted(cohort.child_queues, key=_by_name),
-            )
+        cohorts, queues = cohort.by_name()
         contenders = []
-        for child in children[0]:
+        for child in cohorts:
             best = self._play(child)
             if best is not None:
                 contenders.append(best)
         pending = self.pending
-        for queue in children[1]:
+        for queue in queues:
             found = pending.get(queue.name)
             if found is not None:
                 contenders.append(found)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from operator import attrgetter
 
 from quota.budgets import is_budget
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState, CohortNode
@@ -64,7 +63,6 @@ __all__ = ["FairIndex", "Key", "fair_targets"]
 Key = tuple[bool, float]
 _ZERO: Key = (False, 0.0)
 _NEGATIVE: Key = (False, -1.0)  # NEGATIVE_DRS
-_by_name = attrgetter("name")
 
 
 class _NodeShare:
@@ -225,7 +223,6 @@ class FairIndex:
         self._shares: dict[int, _NodeShare] = {}
         self._pairs: dict[tuple[int, int], _Pair] = {}
         self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Ranked] = {}
-        self._children: dict[int, tuple[list[ClusterQueueNode], list[CohortNode]]] = {}
         self._members: dict[int, list[ClusterQueueNode]] = {}
         self._nominals: dict[tuple[int, FlavorResource], list[tuple[ClusterQueueNode, int]]] = {}
 
@@ -264,16 +261,6 @@ class FairIndex:
             found = self._nominals[(id(root), fr)] = [
                 (queue, queue.quota(fr).nominal) for queue in self.members(root)
             ]
-        return found
-
-    def children(self, cohort: CohortNode) -> tuple[list[ClusterQueueNode], list[CohortNode]]:
-        """The cohort's child queues and child cohorts, each by name."""
-        found = self._children.get(id(cohort))
-        if found is None:
-            found = self._children[id(cohort)] = (
-                sorted(cohort.child_queues, key=_by_name),
-                sorted(cohort.child_cohorts, key=_by_name),
-            )
         return found
 
     def has_eligible(
@@ -620,7 +607,7 @@ class _TargetOrdering:
 
     def _next(self, cohort: CohortNode) -> ClusterQueueNode | None:
         index = self.index
-        queues, cohorts = index.children(cohort)
+        cohorts, queues = cohort.by_name()
         best_queue: ClusterQueueNode | None = None
         best_queue_share = _NEGATIVE
         for queue in queues:
