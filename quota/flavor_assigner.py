@@ -74,6 +74,8 @@ _PREEMPT_TRY_NEXT = WhenCanPreempt.TRY_NEXT_FLAVOR
 _BORROW_TRY_NEXT = WhenCanBorrow.TRY_NEXT_FLAVOR
 
 
+_NO_KEYS: dict[str, FlavorResource] = {}  # a flavor the queue has no quota for
+
 # (flavor-resource, amount) -> (mode after simulated preemption, borrow level after it)
 Simulator = Callable[[FlavorResource, int], tuple[Mode, int]]
 
@@ -162,12 +164,13 @@ class Assignment:
         return self.mode.needs_preemption
 
     def needs_preemption_in(self) -> frozenset[FlavorResource]:
-        return frozenset(
-            FlavorResource(choice.flavor, resource)
+        needs = {
+            (choice.flavor, resource)
             for p in self.pod_sets
             for resource, choice in p.flavors.items()
             if choice.mode.needs_preemption
-        )
+        }
+        return frozenset(fr for fr in self.usage if fr in needs)  # usage has them all
 
     @property
     def blockers(self) -> list[Blocker]:
@@ -202,13 +205,19 @@ class FlavorAssigner:
 
     def assign(self, counts: list[int] | None = None) -> Assignment:
         assignment = Assignment(pod_sets=[], usage={})
+        flavor_resources = self.queue.flavor_resources
         for index, pod_set in enumerate(self.workload.pod_sets):
             count = pod_set.count if counts is None else counts[index]
             result = self._assign_pod_set(index, pod_set, count, assignment)
             assignment.pod_sets.append(result)
             for resource, choice in result.flavors.items():
                 amount = result.requests[resource]
-                fr = FlavorResource(choice.flavor, resource)
+                # The queue's own key: admitted usage keeps it, and a new one (a
+                # NamedTuple) is both built by interpreted code and never untracked
+                # by the garbage collector.
+                fr = flavor_resources.get(choice.flavor, _NO_KEYS).get(resource)
+                if fr is None:
+                    fr = FlavorResource(choice.flavor, resource)
                 assignment.usage[fr] = assignment.usage.get(fr, 0) + amount
             if result.failed:
                 break
