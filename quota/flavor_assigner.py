@@ -303,7 +303,7 @@ class FlavorAssigner:
             attempted = position
             found: list[tuple[str, tuple[Mode, int]]] = []
             worst = (_FIT, 0)
-            keys = flavor_resources.get(name, {})
+            keys = flavor_resources.get(name, _NO_KEYS)
             for resource, amount in requests.items():
                 fr = keys.get(resource) or FlavorResource(name, resource)
                 fit = self._fits(fr, amount + taken.get(fr, 0), blockers)
