@@ -34,6 +34,9 @@ def env(tmp_path: Path) -> dict[str, str]:
         "IGNARA_KEY_PEPPER_FILE": str(tmp_path / "pepper"),
         "IGNARA_ADMIN_KEY": "",
         "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
+        # A first policy decision on a loaded machine can take longer than the
+        # production half second and fail closed (tests/conftest.py, TEST_POLICY_TIMEOUT).
+        "IGNARA_POLICY_TIMEOUT": "5",
     }
 
 

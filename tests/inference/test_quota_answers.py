@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from gateway.settings import Settings
-from tests.inference.test_v1_api import CHAT, Gateway, running_gateway
+from tests.inference.test_v1_api import CHAT, FIRST_BYTE_TIMEOUT, Gateway, running_gateway
 from tests.support.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.integration
@@ -216,7 +216,7 @@ async def test_every_answer_after_admission_names_its_scope(gateway: Gateway) ->
         # what the failed call had reserved is counted as given back
         assert failed.headers["x-ratelimit-remaining-requests"] == "999"
     gateway.upstream.fail_status = None
-    gateway.upstream.delay = 2.0  # past the gateway's first-byte timeout: a 504
+    gateway.upstream.delay = 2 * FIRST_BYTE_TIMEOUT  # past the gateway's: a 504
     timed_out = await post(gateway, "alpha", {"messages": CHAT, "max_tokens": 10})
     assert timed_out.status_code == 504 and scope_of(timed_out) == SCOPE
 

@@ -129,6 +129,12 @@ async def upstream() -> AsyncIterator[FakeOpenAI]:
         yield fake
 
 
+# The test gateway's first-byte timeout. A call on a loaded 2-core machine (the tests
+# share it with the servers they start) may take over a second to reach the fake
+# upstream and back; tests that want a 504 make the upstream wait twice this.
+FIRST_BYTE_TIMEOUT = 3.0
+
+
 @asynccontextmanager
 async def running_gateway(
     settings: Settings, upstream: FakeOpenAI, redis_url: str | None
@@ -139,7 +145,7 @@ async def running_gateway(
         inference=InferenceSettings(
             redis_url=redis_url,
             ledger_prefix=f"test-{uuid.uuid4().hex}",
-            first_byte_timeout=1.0,
+            first_byte_timeout=FIRST_BYTE_TIMEOUT,
             total_timeout=5.0,
             health_interval=3600,
         ),
@@ -380,7 +386,7 @@ async def test_a_waiting_queue_admits_the_call_when_capacity_returns(gateway: Ga
         ("fail_status", 500, 502),
         ("fail_status", 503, 502),
         ("malformed", True, 502),
-        ("delay", 2.0, 504),
+        ("delay", 2 * FIRST_BYTE_TIMEOUT, 504),
     ],
 )
 async def test_upstream_failures_are_502_or_504_and_refunded(
