@@ -114,6 +114,7 @@ class Services:
             SqlApiKeyStore(database),
             ttl=settings.auth.key_cache_seconds,
             stale_for=settings.auth.key_stale_seconds,
+            max_wait=settings.auth.key_lookup_timeout,
             outage=outages.database,
         )
         authenticator = Authenticator(

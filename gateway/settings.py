@@ -48,6 +48,9 @@ class AuthSettings:
     # While the database is unavailable, a key this gateway read in the last so many
     # seconds keeps working as it was then (IGNARA_KEY_STALE_SECONDS; 0: none does).
     key_stale_seconds: float = 600.0
+    # How long a request waits for a key lookup before the database counts as
+    # unavailable for it (IGNARA_KEY_LOOKUP_TIMEOUT): then the last read stands in, or 503.
+    key_lookup_timeout: float = 2.0
     # A key unused for so many days is flagged idle (IGNARA_KEY_IDLE_DAYS), and expired
     # where its tenant's policy says so (checked every IGNARA_KEY_EXPIRY_INTERVAL s).
     key_idle_days: int = 30
@@ -287,6 +290,12 @@ class Settings:
                 ),
                 key_stale_seconds=_seconds(
                     env, "IGNARA_KEY_STALE_SECONDS", AuthSettings.key_stale_seconds
+                ),
+                key_lookup_timeout=_seconds(
+                    env,
+                    "IGNARA_KEY_LOOKUP_TIMEOUT",
+                    AuthSettings.key_lookup_timeout,
+                    positive=True,
                 ),
                 key_idle_days=_whole(env, "IGNARA_KEY_IDLE_DAYS", AuthSettings.key_idle_days),
                 key_expiry_interval=_seconds(

@@ -91,8 +91,11 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 ADMIN_KEY = "test-bootstrap-admin-key-0123456789"
 # Tests share two CPUs with the servers they start: an embedded policy decision can
-# wait its turn longer than production's half second, which would fail it closed.
+# wait its turn longer than production's half second, which would fail it closed, and
+# a key lookup longer than its two seconds, which would take the database for down
+# (tests/support/gateways.py, LOADED_MACHINE_ENV; the fault tests keep production's).
 TEST_POLICY_TIMEOUT = 5.0
+TEST_KEY_LOOKUP_TIMEOUT = 10.0
 
 
 @pytest.fixture
@@ -101,7 +104,11 @@ def settings(tmp_path: Path, sqlite_template: Path) -> Settings:
     return Settings(
         server=ServerSettings(),
         database=DatabaseSettings(url=fresh_sqlite(sqlite_template, tmp_path / "gateway.db")),
-        auth=AuthSettings(admin_key=ADMIN_KEY, pepper="test-pepper-0123456789abcdef"),
+        auth=AuthSettings(
+            admin_key=ADMIN_KEY,
+            pepper="test-pepper-0123456789abcdef",
+            key_lookup_timeout=TEST_KEY_LOOKUP_TIMEOUT,
+        ),
         backends=BackendSettings(local_root=str(tmp_path / "jobs")),
         policy=PolicySettings(timeout_seconds=TEST_POLICY_TIMEOUT),
     )

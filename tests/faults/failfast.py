@@ -14,7 +14,7 @@ import httpx
 
 from gateway.app import create_app
 from gateway.services import Services
-from gateway.settings import InferenceSettings, Settings
+from gateway.settings import AuthSettings, InferenceSettings, Settings
 from tests.conftest import ADMIN_KEY
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.redis import unique_prefix
@@ -84,6 +84,8 @@ async def failfast_gateway(
     settings = dataclasses.replace(
         settings,
         database=dataclasses.replace(settings.database, url=database_url),
+        # Production's bound: how long a request waits on a database that does not answer.
+        auth=dataclasses.replace(settings.auth, key_lookup_timeout=AuthSettings.key_lookup_timeout),
         inference=InferenceSettings(
             redis_url=redis_url,
             ledger_prefix=unique_prefix("failfast"),

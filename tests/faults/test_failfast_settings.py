@@ -16,6 +16,7 @@ def test_the_defaults_fail_fast() -> None:
     assert settings.inference.redis_timeout == 0.5
     assert settings.auth.key_cache_seconds == 5.0
     assert settings.auth.key_stale_seconds == 600.0
+    assert settings.auth.key_lookup_timeout == 2.0
 
 
 def test_each_is_set_from_the_environment() -> None:
@@ -24,11 +25,13 @@ def test_each_is_set_from_the_environment() -> None:
             "IGNARA_REDIS_TIMEOUT": "0.25",
             "IGNARA_KEY_CACHE_SECONDS": "2",
             "IGNARA_KEY_STALE_SECONDS": "0",
+            "IGNARA_KEY_LOOKUP_TIMEOUT": "0.5",
         }
     )
     assert settings.inference.redis_timeout == 0.25
     assert settings.auth.key_cache_seconds == 2.0
     assert settings.auth.key_stale_seconds == 0.0
+    assert settings.auth.key_lookup_timeout == 0.5
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,7 @@ def test_each_is_set_from_the_environment() -> None:
         ("IGNARA_KEY_CACHE_SECONDS", "-1"),
         ("IGNARA_KEY_STALE_SECONDS", "inf"),
         ("IGNARA_KEY_STALE_SECONDS", "nan"),
+        ("IGNARA_KEY_LOOKUP_TIMEOUT", "0"),
     ],
 )
 def test_a_bad_value_is_refused_by_name(name: str, value: str) -> None:

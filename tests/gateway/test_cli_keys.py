@@ -21,6 +21,7 @@ from gateway.cli import main
 from gateway.services import Services
 from gateway.settings import Settings
 from tenants.models import AuditEntry
+from tests.support.gateways import LOADED_MACHINE_ENV
 
 CONFIG = {"tenants": [{"name": "alpha"}]}
 
@@ -34,9 +35,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         "IGNARA_KEY_PEPPER_FILE": str(tmp_path / "pepper"),
         "IGNARA_ADMIN_KEY": "",
         "IGNARA_LOCAL_BACKEND_ROOT": str(tmp_path / "jobs"),
-        # A first policy decision on a loaded machine can take longer than the
-        # production half second and fail closed (tests/conftest.py, TEST_POLICY_TIMEOUT).
-        "IGNARA_POLICY_TIMEOUT": "5",
+        **LOADED_MACHINE_ENV,
     }
 
 

@@ -14,9 +14,14 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["free_port", "gateway_processes", "wait_healthy"]
+__all__ = ["LOADED_MACHINE_ENV", "free_port", "gateway_processes", "wait_healthy"]
 
 Process = subprocess.Popen[bytes]
+
+# Tests share two CPUs with the servers they start: a first policy decision or key
+# lookup can wait its turn longer than production's bounds (half a second, two
+# seconds), which would fail it closed or take the database for down (tests/conftest.py).
+LOADED_MACHINE_ENV = {"IGNARA_POLICY_TIMEOUT": "5", "IGNARA_KEY_LOOKUP_TIMEOUT": "10"}
 
 
 def free_port() -> int:
@@ -40,8 +45,7 @@ def gateway_processes(
             log = open(workdir / f"gateway-{name}.log", "wb")  # noqa: SIM115 - closed with the process
             process = subprocess.Popen(
                 [sys.executable, "-m", "gateway.cli", "serve"],
-                # A loaded test machine must not fail policy decisions closed.
-                env={**os.environ, "IGNARA_POLICY_TIMEOUT": "5", **env, "IGNARA_PORT": str(port)},
+                env={**os.environ, **LOADED_MACHINE_ENV, **env, "IGNARA_PORT": str(port)},
                 stdout=log,
                 stderr=log,
                 cwd=workdir,
