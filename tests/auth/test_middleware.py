@@ -73,7 +73,7 @@ async def client(
     api_key: tuple[str, InMemoryApiKeyStore], jwks_server: JwksServer, clock: FakeClock
 ) -> AsyncIterator[AsyncTestClient[Litestar]]:
     settings = OidcSettings(
-        issuer=ISSUER, audience=AUDIENCE, jwks_uri=jwks_server.url, jwks_timeout_seconds=0.5
+        issuer=ISSUER, audience=AUDIENCE, jwks_uri=jwks_server.url, jwks_timeout_seconds=5.0
     )
     verifier = OidcVerifier(settings, jwks=JwksCache.from_settings(settings, clock=clock))
     authenticator = Authenticator(

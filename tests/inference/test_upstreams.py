@@ -71,9 +71,14 @@ async def fake2() -> AsyncIterator[FakeOpenAI]:
         yield server
 
 
+# Long enough that a loaded test machine never times out a call that should succeed;
+# the upstreams meant to be too slow wait twice it.
+FIRST_BYTE_TIMEOUT = 2.0
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[UpstreamClient]:
-    timeouts = Timeouts(connect=1.0, first_byte=0.5, total=5.0)
+    timeouts = Timeouts(connect=1.0, first_byte=FIRST_BYTE_TIMEOUT, total=10.0)
     async with UpstreamClient(timeouts=timeouts) as upstream:
         yield upstream
 
@@ -259,7 +264,7 @@ async def test_retries_next_endpoint_on_connect_error(
 async def test_retries_next_endpoint_on_first_byte_timeout(
     client: UpstreamClient, fake: FakeOpenAI, fake2: FakeOpenAI
 ) -> None:
-    fake.delay = 2.0
+    fake.delay = 2 * FIRST_BYTE_TIMEOUT
     response = await client.forward(route(fake, fake2), "/chat/completions", CHAT, HEADERS)
     assert response.status == 200
     assert response.endpoint.base_url == fake2.base_url
@@ -295,10 +300,11 @@ async def test_all_endpoints_5xx_is_unavailable(
 async def test_slow_past_timeout_is_upstream_timeout(
     client: UpstreamClient, fake: FakeOpenAI
 ) -> None:
-    fake.delay = 2.0
+    fake.delay = 2 * FIRST_BYTE_TIMEOUT
     with pytest.raises(UpstreamTimeout) as info:
         await asyncio.wait_for(
-            client.forward(route(fake), "/chat/completions", CHAT, HEADERS), timeout=3
+            client.forward(route(fake), "/chat/completions", CHAT, HEADERS),
+            timeout=FIRST_BYTE_TIMEOUT + 3,
         )
     assert info.value.code == "upstream_timeout" and info.value.http_status == 504
 
