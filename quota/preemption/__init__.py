@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from quota.cache import ClusterState
+from quota.cache import ClusterQueueNode, ClusterState
 from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
 from quota.preemption import classical_reference, fair_reference
 from quota.preemption.classical import CandidateIndex, classical_targets
 from quota.preemption.common import PreemptionReason, PreemptionRequest, Target
 from quota.preemption.fair import FairIndex, fair_targets
 from quota.resources import FlavorResource
+from quota.tree import ResourceNode, queue_available
 
 __all__ = ["PreemptionReason", "PreemptionRequest", "Preemptor", "Target"]
 
@@ -65,6 +66,8 @@ class Preemptor:
             return classical_reference.classical_targets(self.state, request)
         if not self._frozen:
             return self._search(request)
+        if not self.fair_sharing and len(request.usage) > len(request.needs_preemption):
+            request = _without_slack(request)
         workload = request.workload
         key = (
             id(workload),
@@ -81,3 +84,43 @@ class Preemptor:
         if self.fair_sharing:
             return fair_targets(self.state, request, self._fair)
         return classical_targets(self.state, request, self._index if self._frozen else None)
+
+
+def _without_slack(request: PreemptionRequest) -> PreemptionRequest:
+    """The request less each flavor-resource it needs no room in that fits whatever
+    removals a classical search makes, which then decides exactly as with them.
+
+    Such a one fits what the queue has available now, and every node from the queue
+    (whose subtree quota is its nominal quota) to the root holds it within its
+    subtree quota: so the hierarchical advantage (``_fits_in_quota``) is decided by
+    the others alone, and since removals only lower usage, every fit test it takes
+    part in passes, with borrowing or without. Nomination then finds the search its
+    flavor's simulation already made (``_found``): the drain of ``bench/admission.py``
+    asks for CPU everywhere and needs room in GPUs only."""
+    queue = request.queue
+    usage = request.usage
+    needs = request.needs_preemption
+    kept = {}
+    for fr, amount in usage.items():
+        if fr in needs or not _slack(queue, fr, amount):
+            kept[fr] = amount
+    if len(kept) == len(usage):
+        return request
+    return PreemptionRequest(request.workload, queue, kept, needs)
+
+
+def _slack(queue: ClusterQueueNode, fr: FlavorResource, amount: int) -> bool:
+    if amount > queue_available(queue, fr):
+        return False
+    # As ``_fits_in_quota`` walks up: what a node keeps free of its own is taken first.
+    left = amount
+    node: ResourceNode | None = queue
+    while node is not None:
+        used = node.usage.get(fr, 0)
+        if used + left > node.subtree_quota.get(fr, 0):
+            return False
+        free = node.guaranteed.get(fr, 0) - used
+        if free > 0:
+            left = left - free if left > free else 0
+        node = node.parent
+    return True
