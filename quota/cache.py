@@ -36,7 +36,7 @@ from quota.model import (
 )
 from quota.periods import period_start, seconds_between
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, add_usage, remove_usage
+from quota.tree import ResourceNode, add_usage, lineage, remove_usage
 
 __all__ = ["AdmittedWorkload", "ClusterQueueNode", "ClusterState", "CohortNode", "victim_order"]
 
@@ -169,6 +169,14 @@ class ClusterState:
     # Bumped on every admission or release in a tree (by id of its root): Kueue's
     # allocatable-resource generation, which tells a stale flavor scan apart.
     generations: dict[int, int] = field(default_factory=dict)
+    # Per tree (by id of its root) and flavor-resource, the tick of the last admission
+    # or release that held it; a new budget period moves every one (``_floor``). What
+    # a preemption search for room in one flavor-resource reads stands while it does.
+    _versions: dict[tuple[int, FlavorResource], int] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _ticks: int = field(default=0, repr=False, compare=False)
+    _floor: int = field(default=0, repr=False, compare=False)
     # The budget clock, and what each queue was charged this period (tree units).
     now: datetime = datetime(2026, 11, 1, tzinfo=UTC)
     charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
@@ -238,12 +246,25 @@ class ClusterState:
     def generation(self, queue: ClusterQueueNode) -> int:
         return self.generations.get(id(self.root_of(queue)), 0)
 
+    def usage_version(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
+        """Moves whenever a workload using ``fr`` is admitted or released in the
+        queue's tree, or a budget period begins: while it stands, so do the usage of
+        ``fr`` in the tree and the workloads there that use it."""
+        version = self._versions.get((id(lineage(queue)[0]), fr), 0)
+        return version if version > self._floor else self._floor
+
+    def _moved(self, queue: ClusterQueueNode, record: AdmittedWorkload) -> None:
+        root = id(lineage(queue)[0])
+        self.generations[root] = self.generations.get(root, 0) + 1
+        self._ticks += 1
+        for fr in record.usage:
+            self._versions[(root, fr)] = self._ticks
+
     def admit(self, record: AdmittedWorkload) -> None:
         queue = self.attach(record)
         # Keys are unique (they end with the name): the record is never compared.
         bisect.insort(queue.victims, (victim_order(record), record), key=_victim_key)
-        root = id(self.root_of(queue))
-        self.generations[root] = self.generations.get(root, 0) + 1
+        self._moved(queue, record)
 
     def release(self, name: str) -> AdmittedWorkload:
         """The workload's run ends now: its quota and commitment are released, and
@@ -254,8 +275,7 @@ class ClusterState:
         del victims[bisect.bisect_left(victims, victim_order(record), key=_victim_key)]
         for fr, amount in self.run_use(record).items():
             self.charge_budget(queue, fr, amount)
-        root = id(self.root_of(queue))
-        self.generations[root] = self.generations.get(root, 0) + 1
+        self._moved(queue, record)
         return record
 
     # -- budgets -------------------------------------------------------------------------
@@ -322,6 +342,8 @@ class ClusterState:
             self.attach(record)
         for root in self.roots():
             self.generations[id(root)] = self.generations.get(id(root), 0) + 1
+        self._ticks += 1
+        self._floor = self._ticks
         return True
 
     def budget_levels(self) -> dict[str, dict[FlavorResource, tuple[int, int]]]:

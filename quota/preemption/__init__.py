@@ -16,7 +16,14 @@ from quota.tree import ResourceNode, queue_available
 
 __all__ = ["PreemptionReason", "PreemptionRequest", "Preemptor", "Target"]
 
+_NEWER_EQUAL = WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+
 _RequestKey = tuple[int, str, tuple[tuple[FlavorResource, int], ...], frozenset[FlavorResource]]
+# A one-resource request as the classical search reads it: the queue, the
+# flavor-resource and amount, the preemptor's priority (and its order time where
+# LowerOrNewerEqualPriority compares it).
+_KeptKey = tuple[str, FlavorResource, int, int, float | None]
+_MAX_KEPT = 65_536
 
 
 class Preemptor:
@@ -40,6 +47,11 @@ class Preemptor:
         # request of its whole assignment. Not for the reference searches (the tests
         # hold this one to them).
         self._found: dict[_RequestKey, tuple[Workload, list[Target]]] = {}
+        # Across cycles: the classical targets for room in one flavor-resource (each
+        # flavor's simulation), with the tree's ``usage_version`` of it when found:
+        # a head set aside comes back when quota is released in its tree, often in
+        # another flavor than this one.
+        self._kept: dict[_KeptKey, tuple[int, list[Target]]] = {}
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
@@ -66,8 +78,12 @@ class Preemptor:
             return classical_reference.classical_targets(self.state, request)
         if not self._frozen:
             return self._search(request)
-        if not self.fair_sharing and len(request.usage) > len(request.needs_preemption):
-            request = _without_slack(request)
+        if not self.fair_sharing:
+            if len(request.usage) > len(request.needs_preemption):
+                request = _without_slack(request)
+            needs = request.needs_preemption
+            if len(request.usage) == 1 and len(needs) == 1 and not needs.isdisjoint(request.usage):
+                return self._one_resource(request)
         workload = request.workload
         key = (
             id(workload),
@@ -79,6 +95,23 @@ class Preemptor:
         if known is None or known[0] is not workload:
             known = self._found[key] = (workload, self._search(request))
         return list(known[1])
+
+    def _one_resource(self, request: PreemptionRequest) -> list[Target]:
+        """:meth:`_search` of a classical request for room in its one flavor-resource,
+        kept while the tree's usage of it stands (:meth:`ClusterState.usage_version`):
+        that, the policies and the preemptor's priority (and order time) are all the
+        search reads."""
+        ((fr, amount),) = request.usage.items()
+        queue, workload = request.queue, request.workload
+        newer = queue.spec.preemption.within_cluster_queue is _NEWER_EQUAL
+        key = (queue.name, fr, amount, workload.priority, workload.order_time if newer else None)
+        version = self.state.usage_version(queue, fr)
+        kept = self._kept.get(key)
+        if kept is None or kept[0] != version:
+            if len(self._kept) >= _MAX_KEPT:
+                self._kept.clear()
+            kept = self._kept[key] = (version, self._search(request))
+        return list(kept[1])
 
     def _search(self, request: PreemptionRequest) -> list[Target]:
         if self.fair_sharing:
