@@ -113,12 +113,18 @@ class PendingQueue:
     shared_reasons: dict[Hashable, tuple[int, PendingReason]] = field(default_factory=dict)
     joined: dict[str, int] = field(default_factory=dict)
     set_asides: int = 0
+    # The last workload handed out and its key: it is requeued (set aside, or back to
+    # the front) within the cycle, and the key need not be computed again.
+    popped: tuple[Workload, Hashable] | None = None
 
     def _key(self, workload: Workload) -> Hashable:
         known = self.keys.get(workload.name)
         if known is not None and known[0] is workload:
             return known[1]
-        key = equivalence_key(workload)
+        popped = self.popped
+        key = popped[1] if popped is not None and popped[0] is workload else None
+        if key is None:
+            key = equivalence_key(workload)
         self.keys[workload.name] = (workload, key)
         return key
 
@@ -165,6 +171,7 @@ class PendingQueue:
         if sticky is not None:
             workload = self._active(sticky)
             if workload is not None:
+                self.popped = self.keys[sticky]
                 self._discard(sticky)
                 return workload
         heads, classes, blocked = self.heads, self.classes, self.blocked
@@ -186,7 +193,7 @@ class PendingQueue:
             heapq.heappop(group.heap)
             workload = entry[2]
             del group.members[workload.name]
-            del self.keys[workload.name]
+            self.popped = self.keys.pop(workload.name)
             del self.joined[workload.name]
             after = group.head()
             if after is not None:
