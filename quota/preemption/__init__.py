@@ -128,8 +128,8 @@ def _without_slack(request: PreemptionRequest) -> PreemptionRequest:
     subtree quota: so the hierarchical advantage (``_fits_in_quota``) is decided by
     the others alone, and since removals only lower usage, every fit test it takes
     part in passes, with borrowing or without. Nomination then finds the search its
-    flavor's simulation already made (``_found``): the drain of ``bench/admission.py``
-    asks for CPU everywhere and needs room in GPUs only."""
+    flavor's simulation already made (:meth:`Preemptor._one_resource`): the drain of
+    ``bench/admission.py`` asks for CPU everywhere and needs room in GPUs only."""
     queue = request.queue
     usage = request.usage
     needs = request.needs_preemption
