@@ -19,11 +19,11 @@ __all__ = ["PreemptionReason", "PreemptionRequest", "Preemptor", "Target"]
 _NEWER_EQUAL = WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
 
 _RequestKey = tuple[int, str, tuple[tuple[FlavorResource, int], ...], frozenset[FlavorResource]]
-# A one-resource request as the classical search reads it: the queue, the
-# flavor-resource and amount, the preemptor's priority (and its order time where
-# LowerOrNewerEqualPriority compares it).
-_KeptKey = tuple[str, FlavorResource, int, int, float | None]
-_MAX_KEPT = 65_536
+# A request for room in one flavor-resource as the classical search reads it: the
+# queue, the flavor-resource and amount, the preemptor's priority (and its order time
+# where LowerOrNewerEqualPriority compares it).
+_KeptKey = tuple[str, str, str, int, int, float | None]
+_MAX_KEPT = 16_384
 
 
 class Preemptor:
@@ -47,11 +47,14 @@ class Preemptor:
         # request of its whole assignment. Not for the reference searches (the tests
         # hold this one to them).
         self._found: dict[_RequestKey, tuple[Workload, list[Target]]] = {}
-        # Across cycles: the classical targets for room in one flavor-resource (each
-        # flavor's simulation), with the tree's ``usage_version`` of it when found:
-        # a head set aside comes back when quota is released in its tree, often in
-        # another flavor than this one.
-        self._kept: dict[_KeptKey, tuple[int, list[Target]]] = {}
+        # Across cycles: classical searches for room in one flavor-resource alone
+        # (each flavor's simulation), with the tree's ``usage_version`` of it then. A
+        # head set aside comes back when quota is released in its tree, often in
+        # another flavor than this one. Keys and values are tuples of strings,
+        # numbers and (mostly empty) tuples of targets, which the garbage collector
+        # stops tracking: a busy engine holds many long-lived objects, and each one
+        # more brings its full collections sooner.
+        self._kept: dict[_KeptKey, tuple[int, tuple[Target, ...]]] = {}
 
     @contextmanager
     def frozen(self) -> Iterator[None]:
@@ -104,14 +107,17 @@ class Preemptor:
         ((fr, amount),) = request.usage.items()
         queue, workload = request.queue, request.workload
         newer = queue.spec.preemption.within_cluster_queue is _NEWER_EQUAL
-        key = (queue.name, fr, amount, workload.priority, workload.order_time if newer else None)
+        order = workload.order_time if newer else None
+        key = (queue.name, fr.flavor, fr.resource, amount, workload.priority, order)
         version = self.state.usage_version(queue, fr)
         kept = self._kept.get(key)
-        if kept is None or kept[0] != version:
-            if len(self._kept) >= _MAX_KEPT:
-                self._kept.clear()
-            kept = self._kept[key] = (version, self._search(request))
-        return list(kept[1])
+        if kept is not None and kept[0] == version:
+            return list(kept[1])
+        found = self._search(request)
+        if len(self._kept) >= _MAX_KEPT:
+            self._kept.clear()
+        self._kept[key] = (version, tuple(found))
+        return found
 
     def _search(self, request: PreemptionRequest) -> list[Target]:
         if self.fair_sharing:
