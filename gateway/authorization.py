@@ -10,12 +10,9 @@ from typing import Any
 
 from gateway.auth import ANY_TENANT, Identity
 from gateway.errors import ApiError
-from gateway.policy import PolicyEngine
+from gateway.policy import ADMISSION, AUTHZ, PolicyEngine
 
 __all__ = ["admit_by_policy", "authorize", "principal_of"]
-
-AUTHZ = "ignara.authz.decision"
-ADMISSION = "ignara.admission.decision"
 
 
 def principal_of(identity: Identity) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.ledgers import Ledger, LedgerUnavailableError
-from gateway.policy import PolicyEngine
+from gateway.policy import AUTHZ, PolicyEngine
 from tenants import Database
 
 __all__ = ["CHECK_TIMEOUT_SECONDS", "Readiness", "check_readiness"]
@@ -67,7 +67,7 @@ async def check_readiness(
 
 
 async def _decide(policy: PolicyEngine) -> None:
-    decision = await policy.decide("ignara.authz.decision", _PROBE_INPUT)
+    decision = await policy.decide(AUTHZ, _PROBE_INPUT)
     if decision.failure is not None:
         raise NotReadyError("; ".join(decision.reasons))
 

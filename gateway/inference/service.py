@@ -58,7 +58,7 @@ from gateway.ledgers import Grant, KeyCharge, Ledger, LedgerUnavailableError, Re
 from gateway.observability import Observability
 from gateway.observability.access import AccessNote
 from gateway.outages import Outage
-from gateway.policy import Decision, PolicyEngine
+from gateway.policy import AUTHZ, INFERENCE, Decision, PolicyEngine
 from gateway.usage import UsageRecord, UsageRecorder
 from quota.ledger import KEY_LEVEL
 
@@ -66,8 +66,6 @@ __all__ = ["Answer", "InferenceService", "StreamAnswer"]
 
 log = logging.getLogger(__name__)
 
-AUTHZ = "ignara.authz.decision"
-INFERENCE = "ignara.inference.decision"
 QUEUE_HEADER = "x-ignara-queue"
 PRIORITY_HEADER = "x-ignara-priority"
 MAX_PRIORITY = 1000

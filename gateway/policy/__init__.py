@@ -11,7 +11,7 @@ The policies, their input and data schemas and their tests live in
 
 from __future__ import annotations
 
-from gateway.policy.decision import Decision, FailureKind
+from gateway.policy.decision import ADMISSION, AUTHZ, DECISIONS, INFERENCE, Decision, FailureKind
 from gateway.policy.embedded import EmbeddedOpa, RegoEvaluator
 from gateway.policy.engine import PolicyEngine
 from gateway.policy.errors import (
@@ -27,6 +27,10 @@ from gateway.policy.rego_tests import RegoOutcome, RegoTest, RegoTestResult, dis
 from gateway.policy.server import OpaServer
 
 __all__ = [
+    "ADMISSION",
+    "AUTHZ",
+    "DECISIONS",
+    "INFERENCE",
     "Decision",
     "EmbeddedOpa",
     "EvaluationError",

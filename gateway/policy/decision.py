@@ -6,7 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Decision", "FailureKind"]
+__all__ = ["ADMISSION", "AUTHZ", "DECISIONS", "INFERENCE", "Decision", "FailureKind"]
+
+# The decisions the gateway asks for (policies/rego/README.md).
+AUTHZ = "ignara.authz.decision"
+ADMISSION = "ignara.admission.decision"
+INFERENCE = "ignara.inference.decision"
+DECISIONS = (AUTHZ, ADMISSION, INFERENCE)
 
 
 class FailureKind(StrEnum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,7 @@ from typing import Protocol, TypeVar
 
 from gateway.policy.checks import decision_ref, json_input
 from gateway.policy.decision import Decision, FailureKind
-from gateway.policy.errors import PolicyLoadError
+from gateway.policy.errors import EvaluationError, PolicyLoadError, UndefinedDocumentError
 from gateway.policy.failclosed import decide_fail_closed
 from gateway.policy.golib import GolibEvaluator
 from gateway.policy.rego_tests import RegoTestResult, discover_tests, run_rego_tests
@@ -44,6 +45,12 @@ class EmbeddedOpa:
     evaluation itself finishes in the background. `load` builds a new engine,
     checks that everything compiles, then swaps it in.
 
+    The engine prepares a decision's query the first time it is asked, which costs
+    tens of times an evaluation: `load` asks each of ``warm`` once, with an empty
+    input and whatever the answer, before the new engine serves, so the first
+    request after a start or a policy change does not pay it (nor time out on a
+    busy machine and fail closed).
+
     Create it after worker processes fork (e.g. in the app's lifespan hook): the
     engine starts a Go runtime.
     """
@@ -53,9 +60,11 @@ class EmbeddedOpa:
         *,
         timeout: float = 0.5,
         evaluator_factory: Callable[[], RegoEvaluator] = GolibEvaluator,
+        warm: tuple[str, ...] = (),
     ) -> None:
         self._timeout = timeout
         self._factory = evaluator_factory
+        self._warm = tuple(decision_ref(path) for path in warm)
         self._evaluator: RegoEvaluator | None = None
         self._policies: dict[str, str] = {}
         self._data: dict[str, object] = {}
@@ -64,6 +73,7 @@ class EmbeddedOpa:
     async def load(self, policies: Mapping[str, str], data: Mapping[str, object]) -> None:
         policies, data = dict(policies), _plain_data(data)
         fresh = await self._run(self._build, policies, data)
+        await self._run(self._prepare, fresh)
         stale, self._evaluator = self._evaluator, fresh
         self._policies, self._data = policies, data
         if stale is not None:
@@ -116,6 +126,12 @@ class EmbeddedOpa:
             evaluator.close()
             raise
         return evaluator
+
+    def _prepare(self, evaluator: RegoEvaluator) -> None:
+        for ref in self._warm:
+            # The query is prepared whatever an empty input gets: real inputs decide.
+            with contextlib.suppress(EvaluationError, UndefinedDocumentError):
+                evaluator.evaluate(ref, {})
 
     async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
         if self._pool is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway.policy.decision import DECISIONS
 from gateway.policy.embedded import EmbeddedOpa
 from gateway.policy.engine import PolicyEngine
 from gateway.policy.server import OpaServer
@@ -18,4 +19,4 @@ def create_policy_engine(
     """
     if opa_url:
         return OpaServer(opa_url, timeout=timeout, token=token)
-    return EmbeddedOpa(timeout=timeout)
+    return EmbeddedOpa(timeout=timeout, warm=DECISIONS)
