@@ -21,6 +21,7 @@ from quota.reasons import PendingReason
 __all__ = ["PendingQueue", "QueueManager", "queue_key"]
 
 QueueKey = tuple[int, float, str]
+_Entry = tuple[QueueKey, int, str]  # (order, entry number, workload name)
 
 
 def queue_key(workload: Workload) -> QueueKey:
@@ -31,14 +32,19 @@ def equivalence_key(workload: Workload) -> Hashable:
     """Workloads with the same key get the same flavor assignment and preemption
     outcome (Kueue's scheduling equivalence hash), unless a budget decided it: what
     they would commit of a budget is left out, and a head refused for a budget is set
-    aside alone (see :meth:`QueueManager.requeue`)."""
-    return (
-        workload.priority,
-        tuple(
-            (p.count, p.min_count, tuple(sorted(_concurrent(p.requests))))
-            for p in workload.pod_sets
-        ),
-    )
+    aside alone (see :meth:`QueueManager.requeue`).
+
+    One flat tuple of numbers and strings: the priority, then per pod set its count,
+    min count and number of requests, and those requests in order. The garbage
+    collector stops tracking such a tuple at its first collection, one level of
+    nesting per collection, and every entry of a class in its queue's heap holds it."""
+    key: list[object] = [workload.priority]
+    for pod_set in workload.pod_sets:
+        requests = sorted(_concurrent(pod_set.requests))
+        key += (pod_set.count, pod_set.min_count, len(requests))
+        for resource, amount in requests:
+            key += (resource, amount)
+    return tuple(key)
 
 
 def _concurrent(requests: Mapping[str, int]) -> Iterator[tuple[str, int]]:
@@ -47,25 +53,30 @@ def _concurrent(requests: Mapping[str, int]) -> Iterator[tuple[str, int]]:
 
 class _Class:
     """The waiting workloads of one equivalence class of one queue, with a heap of
-    their entries (an entry of a workload no longer in ``members`` is stale, dropped
-    when met) and, while the class has an entry in its queue's heap of class heads,
-    that entry's number and order."""
+    their entries (an entry whose number is no longer its member's in ``live`` is
+    stale, dropped when met) and, while the class has an entry in its queue's heap of
+    class heads, that entry's number and order.
 
-    __slots__ = ("entry", "heap", "members", "order")
+    An entry holds the member's name, not the workload: a tuple of strings and
+    numbers only, which the garbage collector stops tracking. Every set-aside member
+    gets a new entry each time quota is released; holding the workload, each one
+    lived long enough to be promoted, and their numbers brought full collections."""
+
+    __slots__ = ("entry", "heap", "live", "members", "order")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[QueueKey, int, Workload]] = []
+        self.heap: list[_Entry] = []
         self.members: dict[str, Workload] = {}
+        self.live: dict[str, int] = {}  # member -> the number of its entry
         self.entry: int | None = None
         self.order: QueueKey | None = None
 
-    def head(self) -> tuple[QueueKey, int, Workload] | None:
+    def head(self) -> _Entry | None:
         """The best member's entry (stale entries on top dropped)."""
-        heap, members = self.heap, self.members
+        heap, live = self.heap, self.live
         while heap:
             entry = heap[0]
-            workload = entry[2]
-            if members.get(workload.name) is workload:
+            if live.get(entry[2]) == entry[1]:
                 return entry
             heapq.heappop(heap)
         return None
@@ -103,9 +114,12 @@ class PendingQueue:
     # Equivalence classes known not to fit since quota was last released here: their
     # members, and workloads alike that arrive meanwhile, wait in them set aside.
     blocked: set[Hashable] = field(default_factory=set)
-    # Each waiting workload (active or set aside) and its equivalence key: computed
-    # once, as a set-aside workload comes back every time quota is released.
-    keys: dict[str, tuple[Workload, Hashable]] = field(default_factory=dict)
+    # Each waiting workload (active or set aside), and its equivalence key: computed
+    # once, as a set-aside workload comes back every time quota is released. Two
+    # dicts, not one of pairs: a pair holding a workload stays tracked by the garbage
+    # collector, and one was made at every requeue.
+    known: dict[str, Workload] = field(default_factory=dict)
+    keys: dict[str, Hashable] = field(default_factory=dict)
     # Why a class set aside with its head waits: the class's members then share the
     # head's reason, kept once for the class (a class can hold thousands) with the
     # set-aside's number. Each waiting member's number when it joined its class says
@@ -115,17 +129,16 @@ class PendingQueue:
     set_asides: int = 0
     # The last workload handed out and its key: it is requeued (set aside, or back to
     # the front) within the cycle, and the key need not be computed again.
-    popped: tuple[Workload, Hashable] | None = None
+    popped: Workload | None = None
+    popped_key: Hashable = None
 
     def _key(self, workload: Workload) -> Hashable:
-        known = self.keys.get(workload.name)
-        if known is not None and known[0] is workload:
-            return known[1]
-        popped = self.popped
-        key = popped[1] if popped is not None and popped[0] is workload else None
-        if key is None:
-            key = equivalence_key(workload)
-        self.keys[workload.name] = (workload, key)
+        name = workload.name
+        if self.known.get(name) is workload:
+            return self.keys[name]
+        key = self.popped_key if self.popped is workload else equivalence_key(workload)
+        self.known[name] = workload
+        self.keys[name] = key
         return key
 
     def push(self, workload: Workload) -> None:
@@ -137,10 +150,13 @@ class PendingQueue:
         group = self.classes.get(key)
         if group is None:
             group = self.classes[key] = _Class()
-        group.members[workload.name] = workload
-        self.joined[workload.name] = self.set_asides
+        name = workload.name
+        number = next(self.numbers)
+        group.members[name] = workload
+        group.live[name] = number
+        self.joined[name] = self.set_asides
         order = queue_key(workload)
-        heapq.heappush(group.heap, (order, next(self.numbers), workload))
+        heapq.heappush(group.heap, (order, number, name))
         if key in self.blocked:
             return  # its class is entered again when quota is released
         if group.order is None or order < group.order:
@@ -160,10 +176,10 @@ class PendingQueue:
 
     def _active(self, name: str) -> Workload | None:
         """The workload of that name if it waits to be handed out."""
-        known = self.keys.get(name)
-        if known is None or name in self.inadmissible or known[1] in self.blocked:
+        workload = self.known.get(name)
+        if workload is None or name in self.inadmissible or self.keys[name] in self.blocked:
             return None
-        return known[0]
+        return workload
 
     def pop(self) -> Workload | None:
         """Take the head out of the queue (it is *in flight* until requeued)."""
@@ -171,7 +187,7 @@ class PendingQueue:
         if sticky is not None:
             workload = self._active(sticky)
             if workload is not None:
-                self.popped = self.keys[sticky]
+                self.popped, self.popped_key = workload, self.keys[sticky]
                 self._discard(sticky)
                 return workload
         heads, classes, blocked = self.heads, self.classes, self.blocked
@@ -191,10 +207,12 @@ class PendingQueue:
                 self._enter(key, group, entry[0])
                 continue
             heapq.heappop(group.heap)
-            workload = entry[2]
-            del group.members[workload.name]
-            self.popped = self.keys.pop(workload.name)
-            del self.joined[workload.name]
+            name = entry[2]
+            workload = group.members.pop(name)
+            del group.live[name]
+            self.popped, self.popped_key = workload, self.keys.pop(name)
+            del self.known[name]
+            del self.joined[name]
             after = group.head()
             if after is not None:
                 self._enter(key, group, after[0])
@@ -205,21 +223,21 @@ class PendingQueue:
 
     def _discard(self, name: str) -> bool:
         """Forget a waiting workload (its heap entries go stale)."""
-        known = self.keys.pop(name, None)
-        if known is None:
+        if self.known.pop(name, None) is None:
             return False
+        key = self.keys.pop(name)
         if self.inadmissible.pop(name, None) is not None:
             return True
         del self.joined[name]
-        key = known[1]
         group = self.classes[key]
         del group.members[name]
+        del group.live[name]
         if not group.members:
             self._drop_class(key)
         elif len(group.heap) > 2 * len(group.members) + 32:
             # Many left without being handed out: drop their entries at once.
-            members = group.members
-            group.heap = [e for e in group.heap if members.get(e[2].name) is e[2]]
+            live = group.live
+            group.heap = [e for e in group.heap if live.get(e[2]) == e[1]]
             heapq.heapify(group.heap)
         return True
 
@@ -251,7 +269,7 @@ class PendingQueue:
         joined = self.joined.get(name)
         if joined is None:
             return None
-        shared = self.shared_reasons.get(self.keys[name][1])
+        shared = self.shared_reasons.get(self.keys[name])
         if shared is None or shared[0] <= joined:
             return None
         return shared[1]
@@ -274,7 +292,7 @@ class PendingQueue:
             returning, self.inadmissible = self.inadmissible, {}
             keys = self.keys
             for name, workload in returning.items():
-                self._insert(workload, keys[name][1])
+                self._insert(workload, keys[name])
         return returned
 
     def remove(self, name: str) -> bool:
