@@ -55,18 +55,18 @@ class _Class:
     """The waiting workloads of one equivalence class of one queue, with a heap of
     their entries (an entry whose number is no longer its member's in ``live`` is
     stale, dropped when met) and, while the class has an entry in its queue's heap of
-    class heads, that entry's number and order.
+    class heads, that entry's number and order. The members' workloads are the
+    queue's (``PendingQueue.known``).
 
     An entry holds the member's name, not the workload: a tuple of strings and
     numbers only, which the garbage collector stops tracking. Every set-aside member
     gets a new entry each time quota is released; holding the workload, each one
     lived long enough to be promoted, and their numbers brought full collections."""
 
-    __slots__ = ("entry", "heap", "live", "members", "order")
+    __slots__ = ("entry", "heap", "live", "order")
 
     def __init__(self) -> None:
         self.heap: list[_Entry] = []
-        self.members: dict[str, Workload] = {}
         self.live: dict[str, int] = {}  # member -> the number of its entry
         self.entry: int | None = None
         self.order: QueueKey | None = None
@@ -152,7 +152,6 @@ class PendingQueue:
             group = self.classes[key] = _Class()
         name = workload.name
         number = next(self.numbers)
-        group.members[name] = workload
         group.live[name] = number
         self.joined[name] = self.set_asides
         order = queue_key(workload)
@@ -208,10 +207,9 @@ class PendingQueue:
                 continue
             heapq.heappop(group.heap)
             name = entry[2]
-            workload = group.members.pop(name)
             del group.live[name]
+            workload = self.known.pop(name)
             self.popped, self.popped_key = workload, self.keys.pop(name)
-            del self.known[name]
             del self.joined[name]
             after = group.head()
             if after is not None:
@@ -230,11 +228,10 @@ class PendingQueue:
             return True
         del self.joined[name]
         group = self.classes[key]
-        del group.members[name]
         del group.live[name]
-        if not group.members:
+        if not group.live:
             self._drop_class(key)
-        elif len(group.heap) > 2 * len(group.members) + 32:
+        elif len(group.heap) > 2 * len(group.live) + 32:
             # Many left without being handed out: drop their entries at once.
             live = group.live
             group.heap = [e for e in group.heap if live.get(e[2]) == e[1]]
@@ -299,8 +296,9 @@ class PendingQueue:
         return self._discard(name)
 
     def workloads(self) -> Iterator[Workload]:
+        known = self.known
         for group in self.classes.values():
-            yield from group.members.values()
+            yield from (known[name] for name in group.live)
         yield from self.inadmissible.values()
 
 
