@@ -21,6 +21,7 @@ from gateway.settings import (
 )
 from tenants import Database
 from tenants.db import migrate
+from tests.support.gateways import TEST_KEY_LOOKUP_TIMEOUT, TEST_POLICY_TIMEOUT
 from tests.support.postgres import create_database, postgres_server
 
 T = TypeVar("T")
@@ -90,12 +91,6 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 
 ADMIN_KEY = "test-bootstrap-admin-key-0123456789"
-# Tests share two CPUs with the servers they start: an embedded policy decision can
-# wait its turn longer than production's half second, which would fail it closed, and
-# a key lookup longer than its two seconds, which would take the database for down
-# (tests/support/gateways.py, LOADED_MACHINE_ENV; the fault tests keep production's).
-TEST_POLICY_TIMEOUT = 5.0
-TEST_KEY_LOOKUP_TIMEOUT = 10.0
 
 
 @pytest.fixture

@@ -14,14 +14,28 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["LOADED_MACHINE_ENV", "free_port", "gateway_processes", "wait_healthy"]
+__all__ = [
+    "LOADED_MACHINE_ENV",
+    "TEST_KEY_LOOKUP_TIMEOUT",
+    "TEST_POLICY_TIMEOUT",
+    "free_port",
+    "gateway_processes",
+    "wait_healthy",
+]
 
 Process = subprocess.Popen[bytes]
 
 # Tests share two CPUs with the servers they start: a first policy decision or key
 # lookup can wait its turn longer than production's bounds (half a second, two
-# seconds), which would fail it closed or take the database for down (tests/conftest.py).
-LOADED_MACHINE_ENV = {"IGNARA_POLICY_TIMEOUT": "5", "IGNARA_KEY_LOOKUP_TIMEOUT": "10"}
+# seconds), which would fail it closed or take the database for down. The in-process
+# gateways' settings (tests/conftest.py) and these processes' environment alike; the
+# fault tests keep production's.
+TEST_POLICY_TIMEOUT = 5.0
+TEST_KEY_LOOKUP_TIMEOUT = 10.0
+LOADED_MACHINE_ENV = {
+    "IGNARA_POLICY_TIMEOUT": str(TEST_POLICY_TIMEOUT),
+    "IGNARA_KEY_LOOKUP_TIMEOUT": str(TEST_KEY_LOOKUP_TIMEOUT),
+}
 
 
 def free_port() -> int:
