@@ -21,7 +21,14 @@ from quota.reasons import PendingReason
 __all__ = ["PendingQueue", "QueueManager", "queue_key"]
 
 QueueKey = tuple[int, float, str]
-_Entry = tuple[QueueKey, int, str]  # (order, entry number, workload name)
+# A member's entry in its class's heap: its order (``queue_key``) and the entry's
+# number, flat (-priority, order time, name, number). Flat, not (order, number): a
+# heap compares entries all the time, and a nested tuple costs two comparisons per
+# level where a flat one costs one.
+_Entry = tuple[int, float, str, int]
+# A class's entry in its queue's heap of heads: its head's order then, the entry's
+# number, and the class key.
+_Head = tuple[int, float, str, int, Hashable]
 
 
 def queue_key(workload: Workload) -> QueueKey:
@@ -69,14 +76,14 @@ class _Class:
         self.heap: list[_Entry] = []
         self.live: dict[str, int] = {}  # member -> the number of its entry
         self.entry: int | None = None
-        self.order: QueueKey | None = None
+        self.order: _Entry | None = None  # its head's entry when it entered the heads
 
     def head(self) -> _Entry | None:
         """The best member's entry (stale entries on top dropped)."""
         heap, live = self.heap, self.live
         while heap:
             entry = heap[0]
-            if live.get(entry[2]) == entry[1]:
+            if live.get(entry[2]) == entry[3]:
                 return entry
             heapq.heappop(heap)
         return None
@@ -100,9 +107,8 @@ class PendingQueue:
     # LowerOrNewerEqualPriority makes the creation time matter for preemption.
     equivalence: bool = True
     classes: dict[Hashable, _Class] = field(default_factory=dict)
-    # (order of the class's head when entered, entry number, class key): an entry whose
-    # number is no longer its class's ``entry`` is stale and skipped.
-    heads: list[tuple[QueueKey, int, Hashable]] = field(default_factory=list)
+    # An entry whose number is no longer its class's ``entry`` is stale and skipped.
+    heads: list[_Head] = field(default_factory=list)
     # Entry numbers; they also break ties between entries of one workload in a heap,
     # so entries never fall through to comparing workloads.
     numbers: Iterator[int] = field(default_factory=itertools.count)
@@ -154,22 +160,23 @@ class PendingQueue:
         number = next(self.numbers)
         group.live[name] = number
         self.joined[name] = self.set_asides
-        order = queue_key(workload)
-        heapq.heappush(group.heap, (order, number, name))
+        entry = (-workload.priority, workload.order_time, name, number)
+        heapq.heappush(group.heap, entry)
         if key in self.blocked:
             return  # its class is entered again when quota is released
-        if group.order is None or order < group.order:
-            self._enter(key, group, order)
+        if group.order is None or entry < group.order:
+            self._enter(key, group, entry)
 
-    def _enter(self, key: Hashable, group: _Class, order: QueueKey) -> None:
-        """Give a class a (new) entry in the heap of heads; an older one goes stale."""
+    def _enter(self, key: Hashable, group: _Class, head: _Entry) -> None:
+        """Give a class a (new) entry in the heap of heads, for its member ``head``;
+        an older one goes stale."""
         number = next(self.numbers)
-        group.entry, group.order = number, order
-        heapq.heappush(self.heads, (order, number, key))
+        group.entry, group.order = number, head
+        heapq.heappush(self.heads, (head[0], head[1], head[2], number, key))
         if len(self.heads) > 4 * len(self.classes) + 64:
             classes = self.classes
             self.heads = [
-                e for e in self.heads if (g := classes.get(e[2])) is not None and g.entry == e[1]
+                e for e in self.heads if (g := classes.get(e[4])) is not None and g.entry == e[3]
             ]
             heapq.heapify(self.heads)
 
@@ -191,9 +198,10 @@ class PendingQueue:
                 return workload
         heads, classes, blocked = self.heads, self.classes, self.blocked
         while heads:
-            order, number, key = heapq.heappop(heads)
+            first = heapq.heappop(heads)
+            key = first[4]
             group = classes.get(key)
-            if group is None or group.entry != number:
+            if group is None or group.entry != first[3]:
                 continue  # stale: its class was entered again since
             group.entry = group.order = None
             if key in blocked:
@@ -201,9 +209,9 @@ class PendingQueue:
             entry = group.head()
             if entry is None:
                 continue
-            if entry[0] != order:
+            if entry[2] != first[2] or entry[1] != first[1] or entry[0] != first[0]:
                 # Its head left (taken or removed): the class's next head competes.
-                self._enter(key, group, entry[0])
+                self._enter(key, group, entry)
                 continue
             heapq.heappop(group.heap)
             name = entry[2]
@@ -213,7 +221,7 @@ class PendingQueue:
             del self.joined[name]
             after = group.head()
             if after is not None:
-                self._enter(key, group, after[0])
+                self._enter(key, group, after)
             else:
                 self._drop_class(key)
             return workload
@@ -234,7 +242,7 @@ class PendingQueue:
         elif len(group.heap) > 2 * len(group.live) + 32:
             # Many left without being handed out: drop their entries at once.
             live = group.live
-            group.heap = [e for e in group.heap if live.get(e[2]) == e[1]]
+            group.heap = [e for e in group.heap if live.get(e[2]) == e[3]]
             heapq.heapify(group.heap)
         return True
 
@@ -283,8 +291,8 @@ class PendingQueue:
             returned = True
             entry = group.head()
             assert entry is not None  # a class is dropped when its last member leaves
-            if group.order is None or entry[0] < group.order:
-                self._enter(key, group, entry[0])
+            if group.order is None or entry < group.order:
+                self._enter(key, group, entry)
         if self.inadmissible:
             returning, self.inadmissible = self.inadmissible, {}
             keys = self.keys
