@@ -143,7 +143,12 @@ class Assignment:
 
     @property
     def borrowing(self) -> int:
-        return max((c.borrow for p in self.pod_sets for c in p.flavors.values()), default=0)
+        most = 0  # loops, not max() of a generator: every cycle sorts its entries by it
+        for pod_set in self.pod_sets:
+            for choice in pod_set.flavors.values():
+                if choice.borrow > most:
+                    most = choice.borrow
+        return most
 
     @property
     def mode(self) -> Mode:
@@ -161,14 +166,15 @@ class Assignment:
 
     @property
     def needs_preemption(self) -> bool:
-        return self.mode.needs_preemption
+        # The set, not Mode.needs_preemption: an enum's property stays interpreted.
+        return self.mode in _NEEDS_PREEMPTION
 
     def needs_preemption_in(self) -> frozenset[FlavorResource]:
         needs = {
             (choice.flavor, resource)
             for p in self.pod_sets
             for resource, choice in p.flavors.items()
-            if choice.mode.needs_preemption
+            if choice.mode in _NEEDS_PREEMPTION
         }
         return frozenset(fr for fr in self.usage if fr in needs)  # usage has them all
 
