@@ -34,7 +34,7 @@ from quota.model import (
     Workload,
     iter_quotas,
 )
-from quota.periods import period_start, seconds_between
+from quota.periods import period_end, period_start, seconds_between
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, add_usage, lineage, remove_usage
 
@@ -177,6 +177,7 @@ class ClusterState:
     )
     _ticks: int = field(default=0, repr=False, compare=False)
     _floor: int = field(default=0, repr=False, compare=False)
+    _period: tuple[datetime, datetime] | None = field(default=None, repr=False, compare=False)
     # The budget clock, and what each queue was charged this period (tree units).
     now: datetime = datetime(2026, 11, 1, tzinfo=UTC)
     charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
@@ -320,13 +321,22 @@ class ClusterState:
             self.now,
         )
 
+    def _same_period(self, moment: datetime) -> bool:
+        """Is ``moment`` in the budget period of ``now``? The period's bounds are kept
+        (the clock advances at every event of a replay, within one period mostly)."""
+        kind, now = self.config.budget_period, self.now
+        if moment.tzinfo is None or now.tzinfo is None:  # not comparable with the bounds
+            return period_start(kind, moment) == period_start(kind, now)
+        bounds = self._period
+        if bounds is None or not bounds[0] <= now < bounds[1]:
+            bounds = self._period = (period_start(kind, now), period_end(kind, now))
+        return bounds[0] <= moment < bounds[1]
+
     def advance(self, moment: datetime) -> bool:
         """Move the budget clock to ``moment``; returns whether a new period began
         (charges restart at zero, and running workloads commit what is left of their
         max runtime inside it)."""
-        rolled = period_start(self.config.budget_period, moment) != period_start(
-            self.config.budget_period, self.now
-        )
+        rolled = not self._same_period(moment)
         self.now = moment
         if not rolled:
             return False

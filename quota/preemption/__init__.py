@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from quota.cache import ClusterQueueNode, ClusterState
 from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
 from quota.preemption import classical_reference, fair_reference
@@ -56,18 +53,19 @@ class Preemptor:
         # more brings its full collections sooner.
         self._kept: dict[_KeptKey, tuple[int, tuple[Target, ...]]] = {}
 
-    @contextmanager
-    def frozen(self) -> Iterator[None]:
-        """While the caller changes neither admitted workloads nor usage (beyond what
-        each search puts back), searches share one :class:`CandidateIndex`."""
+    def frozen(self) -> _Frozen:
+        """A context in which the caller changes neither admitted workloads nor usage
+        (beyond what each search puts back): searches share one :class:`CandidateIndex`."""
+        return _Frozen(self)
+
+    def _freeze(self) -> None:
         self._index.refresh()
         self._found.clear()
         self._frozen = True
-        try:
-            yield
-        finally:
-            self._frozen = False
-            self._found.clear()
+
+    def _thaw(self) -> None:
+        self._frozen = False
+        self._found.clear()
 
     def targets(self, request: PreemptionRequest) -> list[Target]:
         policy = request.queue.spec.preemption
@@ -123,6 +121,22 @@ class Preemptor:
         if self.fair_sharing:
             return fair_targets(self.state, request, self._fair)
         return classical_targets(self.state, request, self._index if self._frozen else None)
+
+
+class _Frozen:
+    """:meth:`Preemptor.frozen`: a class, not a @contextmanager, which stays interpreted
+    Python even when the engine is compiled; every cycle enters it."""
+
+    __slots__ = ("preemptor",)
+
+    def __init__(self, preemptor: Preemptor) -> None:
+        self.preemptor = preemptor
+
+    def __enter__(self) -> None:
+        self.preemptor._freeze()
+
+    def __exit__(self, *exc: object) -> None:
+        self.preemptor._thaw()
 
 
 def _without_slack(request: PreemptionRequest) -> PreemptionRequest:
