@@ -281,7 +281,11 @@ class FairIndex:
         key = (queue.name, needs)
         entry = self._ranked.get(key)
         if entry is None or entry[0] != queue.admitted_version:
-            records = [r for _, r in queue.victims if not needs.isdisjoint(r.usage)]
+            if len(needs) == 1:  # the usual case: a key lookup, not a set operation
+                (fr,) = needs
+                records = [r for _, r in queue.victims if fr in r.usage]
+            else:
+                records = [r for _, r in queue.victims if not needs.isdisjoint(r.usage)]
             entry = self._ranked[key] = (
                 queue.admitted_version,
                 records,
