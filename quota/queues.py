@@ -62,21 +62,21 @@ class _Class:
     """The waiting workloads of one equivalence class of one queue, with a heap of
     their entries (an entry whose number is no longer its member's in ``live`` is
     stale, dropped when met) and, while the class has an entry in its queue's heap of
-    class heads, that entry's number and order. The members' workloads are the
-    queue's (``PendingQueue.known``).
+    class heads, that entry's number (``entry``) and its head's entry then
+    (``entered``). The members' workloads are the queue's (``PendingQueue.known``).
 
     An entry holds the member's name, not the workload: a tuple of strings and
     numbers only, which the garbage collector stops tracking. Every set-aside member
     gets a new entry each time quota is released; holding the workload, each one
     lived long enough to be promoted, and their numbers brought full collections."""
 
-    __slots__ = ("entry", "heap", "live", "order")
+    __slots__ = ("entered", "entry", "heap", "live")
 
     def __init__(self) -> None:
         self.heap: list[_Entry] = []
         self.live: dict[str, int] = {}  # member -> the number of its entry
         self.entry: int | None = None
-        self.order: _Entry | None = None  # its head's entry when it entered the heads
+        self.entered: _Entry | None = None
 
     def head(self) -> _Entry | None:
         """The best member's entry (stale entries on top dropped)."""
@@ -164,14 +164,14 @@ class PendingQueue:
         heapq.heappush(group.heap, entry)
         if key in self.blocked:
             return  # its class is entered again when quota is released
-        if group.order is None or entry < group.order:
+        if group.entered is None or entry < group.entered:
             self._enter(key, group, entry)
 
     def _enter(self, key: Hashable, group: _Class, head: _Entry) -> None:
         """Give a class a (new) entry in the heap of heads, for its member ``head``;
         an older one goes stale."""
         number = next(self.numbers)
-        group.entry, group.order = number, head
+        group.entry, group.entered = number, head
         heapq.heappush(self.heads, (head[0], head[1], head[2], number, key))
         if len(self.heads) > 4 * len(self.classes) + 64:
             classes = self.classes
@@ -203,7 +203,7 @@ class PendingQueue:
             group = classes.get(key)
             if group is None or group.entry != first[3]:
                 continue  # stale: its class was entered again since
-            group.entry = group.order = None
+            group.entry = group.entered = None
             if key in blocked:
                 continue  # entered again when quota is released
             entry = group.head()
@@ -291,7 +291,7 @@ class PendingQueue:
             returned = True
             entry = group.head()
             assert entry is not None  # a class is dropped when its last member leaves
-            if group.order is None or entry < group.order:
+            if group.entered is None or entry < group.entered:
                 self._enter(key, group, entry)
         if self.inadmissible:
             returning, self.inadmissible = self.inadmissible, {}
