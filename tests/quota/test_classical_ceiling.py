@@ -9,33 +9,21 @@ from __future__ import annotations
 
 import pytest
 
-from quota.cache import AdmittedWorkload, ClusterState
+from quota.cache import ClusterState
 from quota.model import (
-    Admission,
     ClusterQueueSpec,
     CohortSpec,
     FlavorQuotas,
     PodSet,
-    PodSetAssignment,
-    PreemptionPolicy,
     QuotaConfig,
-    ReclaimWithinCohort,
     ResourceGroup,
     ResourceQuota,
-    WithinClusterQueue,
     Workload,
 )
 from quota.preemption import classical_reference
 from quota.preemption.classical import classical_targets
 from quota.preemption.common import PreemptionRequest
-from quota.resources import FlavorResource
-
-GPU, CPU = "nvidia.com/gpu", "cpu"
-GPU_FR, CPU_FR = FlavorResource("h100", GPU), FlavorResource("h100", CPU)
-POLICY = PreemptionPolicy(
-    within_cluster_queue=WithinClusterQueue.LOWER_PRIORITY,
-    reclaim_within_cohort=ReclaimWithinCohort.ANY,
-)
+from tests.quota.h100 import CPU, CPU_FR, GPU, GPU_FR, POLICY, admit
 
 
 def _state(borrowing_limit: int | None) -> ClusterState:
@@ -60,12 +48,7 @@ def _state(borrowing_limit: int | None) -> ClusterState:
 
 
 def _admit(state: ClusterState, name: str, queue: str, gpus: int, priority: int) -> None:
-    """Admitted after everything admitted before it."""
-    usage = {GPU_FR: gpus * 1000, CPU_FR: gpus * 8000}
-    workload = Workload(name, queue, (PodSet("p", gpus, {GPU: 1000, CPU: 8000}),), priority)
-    admission = Admission(queue, (PodSetAssignment("p", gpus, {GPU: "h100", CPU: "h100"}),))
-    admitted_at = float(len(state.admitted))
-    state.admit(AdmittedWorkload(workload, admission, usage, admitted_at))
+    admit(state, name, queue, gpus, {GPU: 1000, CPU: 8000}, priority)
 
 
 def _request(state: ClusterState, gpus: int, with_cpu: bool) -> PreemptionRequest:

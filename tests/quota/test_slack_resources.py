@@ -14,32 +14,20 @@ from __future__ import annotations
 
 import pytest
 
-from quota.cache import AdmittedWorkload, ClusterState
+from quota.cache import ClusterState
 from quota.model import (
-    Admission,
     ClusterQueueSpec,
     CohortSpec,
     FlavorQuotas,
     PodSet,
-    PodSetAssignment,
-    PreemptionPolicy,
     QuotaConfig,
-    ReclaimWithinCohort,
     ResourceGroup,
     ResourceQuota,
-    WithinClusterQueue,
     Workload,
 )
 from quota.preemption import Preemptor, _without_slack
 from quota.preemption.common import PreemptionRequest
-from quota.resources import FlavorResource
-
-GPU, CPU = "nvidia.com/gpu", "cpu"
-GPU_FR, CPU_FR = FlavorResource("h100", GPU), FlavorResource("h100", CPU)
-POLICY = PreemptionPolicy(
-    within_cluster_queue=WithinClusterQueue.LOWER_PRIORITY,
-    reclaim_within_cohort=ReclaimWithinCohort.ANY,
-)
+from tests.quota.h100 import CPU, CPU_FR, GPU, GPU_FR, POLICY, admit
 
 
 def _state(cpu_lending_limit: int | None) -> ClusterState:
@@ -65,10 +53,7 @@ def _state(cpu_lending_limit: int | None) -> ClusterState:
 
 
 def _admit(state: ClusterState, name: str, queue: str, gpus: int, cpus: int, priority: int) -> None:
-    usage = {GPU_FR: gpus * 1000, CPU_FR: cpus}
-    workload = Workload(name, queue, (PodSet("p", 1, {GPU: gpus * 1000, CPU: cpus}),), priority)
-    admission = Admission(queue, (PodSetAssignment("p", 1, {GPU: "h100", CPU: "h100"}),))
-    state.admit(AdmittedWorkload(workload, admission, usage, float(len(state.admitted))))
+    admit(state, name, queue, 1, {GPU: gpus * 1000, CPU: cpus}, priority)
 
 
 # (case, a's CPU lending limit, a1's CPUs, c1's CPUs, the request's CPUs, judged slack,
