@@ -202,10 +202,33 @@ def start_head(
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/api/jobs/", timeout=5).status_code == 200:
+                if again:
+                    _runs_a_job(directory, url)
                 return RayHead(directory, url)
         time.sleep(0.3)
     stop_head(directory)
     raise RuntimeError(f"the Ray Jobs API at {url} did not answer within 60 s")
+
+
+def _runs_a_job(directory: Path, url: str, timeout: float = 120.0) -> None:
+    """Wait until a head brought back runs a job, not only answers reads: on a loaded
+    machine one answered ``GET /api/jobs/`` for minutes while every submission failed,
+    and the tests after it timed out waiting for their jobs."""
+    probe = f"ignara-probe-{os.getpid()}-{time.monotonic_ns()}"
+    deadline = time.monotonic() + timeout
+    submitted = False
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if not submitted:
+                body = {"entrypoint": "true", "submission_id": probe}
+                submitted = httpx.post(f"{url}/api/jobs/", json=body, timeout=10).is_success
+            else:
+                job = httpx.get(f"{url}/api/jobs/{probe}", timeout=10)
+                if job.is_success and job.json().get("status") == "SUCCEEDED":
+                    return
+        time.sleep(0.5)
+    stop_head(directory)
+    raise RuntimeError(f"the Ray head at {url} did not run a job within {timeout:.0f} s")
 
 
 def _processes() -> dict[int, tuple[int, str]]:
