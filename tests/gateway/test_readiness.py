@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
-from gateway.settings import DatabaseSettings, InferenceSettings, PolicySettings, Settings
+from gateway.settings import DatabaseSettings, InferenceSettings, Settings
 from tests.policy.fake_opa_server import FakeOpaServer
 from tests.support.postgres import create_database
 from tests.support.redis import unique_prefix
@@ -68,7 +68,7 @@ async def test_readyz_names_the_dependency_that_does_not_answer(
                 settings,
                 database=DatabaseSettings(url=database_url),
                 inference=InferenceSettings(redis_url=redis_url, ledger_prefix=unique_prefix()),
-                policy=replace(PolicySettings(), opa_url=opa.url),
+                policy=replace(settings.policy, opa_url=opa.url),
             )
         )
         async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
