@@ -1,7 +1,9 @@
 """Admission engine benchmark: play N pending workloads over Q queues to quiescence.
 
 Prints one JSON line: workloads, queues, drain_s (wall), drain_cpu_s, cycles, cycle_p50_ms,
-cycle_p99_ms, admitted, preempted, admitted_per_s, peak_rss_mb.
+cycle_p99_ms, admitted, preempted, admitted_per_s, peak_rss_mb, and the garbage collector's
+share of the timed part (gc_cpu_s, gc_full_collections) under the young-generation threshold
+``ignara serve`` runs with (gc_young_threshold; ``--gc-young-threshold 700`` for CPython's).
 
 The tree has two levels: a root cohort ``org`` with one cohort per ten queues;
 each queue has nominal GPU quota in two flavors with a borrowing limit. With
@@ -39,6 +41,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
+from gateway.process import tune_collector
+from gateway.settings import ServerSettings
 from quota import (
     ClusterQueueSpec,
     CohortSpec,
@@ -155,6 +159,38 @@ def build_workloads(n: int, queues: int, rng: random.Random) -> list[Workload]:
     return workloads
 
 
+class CollectorClock:
+    """CPU time the garbage collector takes while it is on (``gc.callbacks``), and how
+    many full collections: a cost of the engine's allocations that also grows with the
+    whole heap and with how long a cycle keeps its objects alive."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def start(self) -> CollectorClock:
+        gc.callbacks.append(self._observe)
+        return self
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+            return
+        self.seconds += time.process_time() - self._started
+        self.full += info["generation"] == 2
+
+    def figures(self) -> dict[str, object]:
+        return {
+            "gc_young_threshold": gc.get_threshold()[0],
+            "gc_cpu_s": round(self.seconds, 3),
+            "gc_full_collections": self.full,
+        }
+
+
 def run(
     n: int, queues: int, seed: int, preemption: bool = False, budgets: bool = False
 ) -> dict[str, object]:
@@ -175,6 +211,7 @@ def run(
     durations = []
     admitted = preempted = 0
     cycles = engine.cycles()
+    collector = CollectorClock().start()
     start, cpu_start = time.perf_counter(), time.process_time()
     while True:
         t0 = time.perf_counter()
@@ -189,6 +226,7 @@ def run(
     drain = time.perf_counter() - start
     # CPU time too: on a shared machine the wall clock also counts others' work.
     drain_cpu = time.process_time() - cpu_start
+    collector.stop()
     durations.sort()
     p99 = durations[min(len(durations) - 1, int(len(durations) * 0.99))]
     return {
@@ -205,6 +243,7 @@ def run(
         "admitted_final": len(engine.admitted),
         "preempted": preempted,
         "admitted_per_s": round(admitted / drain, 1) if drain else 0.0,
+        **collector.figures(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -225,6 +264,7 @@ def churn(n: int, queues: int, seed: int, preemption: bool, max_cycles: int) -> 
     ends: dict[int, list[str]] = {}
     durations = []
     admitted = preempted = completed = cycles = 0
+    collector = CollectorClock().start()
     start, cpu_start = time.perf_counter(), time.process_time()
     while cycles < max_cycles and (arrivals or engine.admitted or next(engine.pending(), None)):
         t0 = time.perf_counter()
@@ -243,6 +283,7 @@ def churn(n: int, queues: int, seed: int, preemption: bool, max_cycles: int) -> 
         preempted += len(cycle.preempted)
     drain = time.perf_counter() - start
     drain_cpu = time.process_time() - cpu_start
+    collector.stop()
     durations.sort()
     return {
         "workloads": n,
@@ -260,6 +301,7 @@ def churn(n: int, queues: int, seed: int, preemption: bool, max_cycles: int) -> 
         "admitted": admitted,
         "completed": completed,
         "preempted": preempted,
+        **collector.figures(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -329,7 +371,15 @@ def main() -> None:
     parser.add_argument(
         "--max-cycles", type=int, default=100_000, help="with --completions: stop after this many"
     )
+    parser.add_argument(
+        "--gc-young-threshold",
+        type=int,
+        default=ServerSettings.gc_young_threshold,
+        help="the collector's young generation, as `ignara serve` sets it "
+        "(IGNARA_GC_YOUNG_THRESHOLD; default %(default)s; 700 is CPython's own)",
+    )
     args = parser.parse_args()
+    tune_collector(args.gc_young_threshold)
     if args.completions:
         figures = churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
         print(json.dumps(figures))

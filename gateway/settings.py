@@ -20,6 +20,10 @@ class ServerSettings:
     # One log line per request (IGNARA_ACCESS_LOG=1). Off by default: on the inference
     # hot path it costs more than the gateway's own work; usage records keep the account.
     access_log: bool = False
+    # The garbage collector's young generation (IGNARA_GC_YOUNG_THRESHOLD; CPython's
+    # default is 700): large enough that an admission cycle's objects die young instead
+    # of filling the oldest generation (gateway/process.py).
+    gc_young_threshold: int = 50_000
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,9 @@ class Settings:
                 port=int(env.get("IGNARA_PORT", ServerSettings.port)),
                 log_level=env.get("IGNARA_LOG_LEVEL", ServerSettings.log_level),
                 access_log=env.get("IGNARA_ACCESS_LOG", "0").lower() in ("1", "true", "yes"),
+                gc_young_threshold=_whole(
+                    env, "IGNARA_GC_YOUNG_THRESHOLD", ServerSettings.gc_young_threshold
+                ),
             ),
             database=DatabaseSettings(url=env.get("DATABASE_URL", DatabaseSettings.url)),
             auth=AuthSettings(

@@ -1,0 +1,79 @@
+"""The garbage collector's young generation: a setting, and `ignara serve` applies it
+before it serves (gateway/process.py says why)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gateway.cli import main
+from gateway.process import tune_collector
+from gateway.settings import ServerSettings, Settings
+
+
+@pytest.fixture
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    """The collector as the test found it, put back afterwards (it is the process's)."""
+    before = gc.get_threshold()
+    try:
+        yield before
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
+def test_the_young_generation_is_set_and_the_older_ones_kept(
+    thresholds: tuple[int, int, int],
+) -> None:
+    tune_collector(12_345)
+    assert gc.get_threshold() == (12_345, thresholds[1], thresholds[2])
+
+
+@pytest.mark.parametrize("threshold", [0, -700])
+def test_a_threshold_below_one_is_refused(thresholds: tuple[int, int, int], threshold: int) -> None:
+    # gc.set_threshold(0) would switch the collector off: not what a typo should do.
+    with pytest.raises(ValueError, match="must be positive"):
+        tune_collector(threshold)
+    assert gc.get_threshold() == thresholds
+
+
+def test_the_setting_defaults_to_fifty_thousand_and_reads_the_environment() -> None:
+    assert Settings.from_env({}).server.gc_young_threshold == 50_000
+    assert ServerSettings().gc_young_threshold == 50_000
+    settings = Settings.from_env({"IGNARA_GC_YOUNG_THRESHOLD": "700"})
+    assert settings.server.gc_young_threshold == 700
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "lots", "1e5"])
+def test_a_bad_threshold_in_the_environment_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(ValueError, match="IGNARA_GC_YOUNG_THRESHOLD must be a positive whole"):
+        Settings.from_env({"IGNARA_GC_YOUNG_THRESHOLD": raw})
+
+
+def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
+    thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    monkeypatch.setattr(
+        "uvicorn.run",
+        lambda *args, **kwargs: seen.append((gc.get_threshold(), gc.get_freeze_count())),
+    )
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        main,
+        ["serve"],
+        env={
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'ignara.db'}",
+            "IGNARA_GC_YOUNG_THRESHOLD": "4321",
+            "IGNARA_ADMIN_KEY": "",
+        },
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    [(threshold, frozen)] = seen
+    assert threshold == (4321, thresholds[1], thresholds[2])
+    assert frozen > 0
