@@ -204,15 +204,17 @@ async def test_server_gone_after_load_is_a_deny(policies: dict[str, str], retrie
 
 async def test_slow_server_is_a_deny_within_the_timeout(policies: dict[str, str]) -> None:
     with FakeOpaServer() as fake:
-        engine = OpaServer(fake.url, timeout=0.2, retries=0)
+        # The answer that comes back must come within the timeout on a loaded machine
+        # too: 1 s, against a server that holds its answer 3 s.
+        engine = OpaServer(fake.url, timeout=1.0, retries=0)
         try:
             await engine.load(policies, DATA)
-            fake.delay = 1.0
+            fake.delay = 3.0
             started = time.monotonic()
             decision = await engine.decide(AUTHZ, ALLOWED_INPUT)
             elapsed = time.monotonic() - started
-            assert_fail_closed(decision, FailureKind.TIMEOUT, "took longer than 0.2s")
-            assert elapsed < 0.9
+            assert_fail_closed(decision, FailureKind.TIMEOUT, "took longer than 1s")
+            assert elapsed < 2.5
             assert fake.queries >= 1
             fake.delay = 0.0
             assert (await engine.decide(AUTHZ, ALLOWED_INPUT)).allow
