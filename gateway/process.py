@@ -7,9 +7,9 @@ alive until the cycle ends, so most of them outlive two young collections, are
 promoted, and then die in the oldest generation, where they count towards the next
 full collection: a walk of the whole heap that finds nothing to free. Measured with
 ``bench/admission.py --preemption --completions`` at 100,000 workloads over 1,000
-queues: 17 full collections, about 30 % of the run. A young generation of 50,000
-objects lets a cycle's objects die young: no full collection, the collector under
-4 % (README, "Benchmark: admission").
+queues: 19 full collections, a third of the run. A young generation of 50,000 objects
+lets a cycle's objects die young: no full collection, the collector under 1 % of the run
+(README, "Benchmark: admission").
 """
 
 from __future__ import annotations
