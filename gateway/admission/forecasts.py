@@ -5,6 +5,8 @@ path, and writes each start that moved."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -23,6 +25,8 @@ __all__ = ["ForecastPass"]
 
 # A start that moved less than this is not rewritten (the forecast's own jitter).
 _SETTLED = timedelta(seconds=30)
+# How often the forecast's process checks that the gateway that started it still runs.
+_PARENT_CHECK_SECONDS = 1.0
 
 
 class ForecastPass:
@@ -64,7 +68,12 @@ class ForecastPass:
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             # spawn: a fork of a process with an event loop and threads is not safe.
-            self._executor = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+            self._executor = ProcessPoolExecutor(
+                1,
+                mp_context=get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(), _PARENT_CHECK_SECONDS),
+            )
         return self._executor
 
     def close(self) -> None:
@@ -95,6 +104,20 @@ class ForecastPass:
                     .values(estimated_start=start, estimated_at=snapshot.now)
                 )
         return starts
+
+
+def exit_with_parent(parent: int, every: float) -> None:
+    """Run in the pool's process as it starts: end it once the gateway that started it
+    is gone. A gateway killed outright (SIGKILL, the OOM killer) never shuts its pool
+    down, and its forecast process would otherwise live on as an orphan, one more per
+    crash, still able to write estimates for a leader that no longer is one."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(0)  # nothing of the dead gateway's to finish or flush
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _forecast_elsewhere(url: str, charged: ChargedLoader | None) -> dict[str, datetime | None]:

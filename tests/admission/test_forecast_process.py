@@ -4,6 +4,13 @@ the same starts written as in this process."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from sqlmodel import select
 
 from gateway.admission import AdmissionLoop
@@ -41,3 +48,47 @@ async def test_a_separate_forecast_writes_the_starts_this_process_would(
 
     here = await ForecastPass(database, charged=charged_hours).run_here()
     assert here == elsewhere
+
+
+_ORPHAN_SCRIPT = """
+import os, sys, time
+from gateway.admission.forecasts import ForecastPass
+from tenants import Database
+
+forecasts = ForecastPass(Database(sys.argv[1]), separate=True)
+print(forecasts._pool().submit(os.getpid).result(timeout=60), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_forecast_process_of_a_killed_gateway_does_not_live_on(tmp_path: Path) -> None:
+    """A gateway killed outright never shuts its forecast pool down: the pool's process
+    must notice and end, not stay behind as an orphan."""
+    gateway = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, f"sqlite:///{tmp_path / 'ignara.db'}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert gateway.stdout is not None
+        worker = int(gateway.stdout.readline())
+        assert worker != gateway.pid and _running(worker)
+    finally:
+        gateway.kill()
+        gateway.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while _running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outlived = _running(worker)
+    if outlived:
+        os.kill(worker, signal.SIGKILL)  # not left behind by the test either
+    assert not outlived, f"the forecast process {worker} outlived its gateway"
