@@ -20,6 +20,7 @@ from tenants.models import WorkloadRow
 from tenants.services import apply_config
 from tenants.services.charges import charged_hours
 from tests.admin.test_live import CONFIG, job, submit
+from tests.support.processes import alive
 
 
 async def _starts(database: Database) -> dict[str, object]:
@@ -61,15 +62,6 @@ time.sleep(600)
 """
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie waits for whoever adopted it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_the_forecast_process_of_a_killed_gateway_does_not_live_on(tmp_path: Path) -> None:
     """A gateway killed outright never shuts its forecast pool down: the pool's process
     must notice and end, not stay behind as an orphan."""
@@ -81,14 +73,14 @@ def test_the_forecast_process_of_a_killed_gateway_does_not_live_on(tmp_path: Pat
     try:
         assert gateway.stdout is not None
         worker = int(gateway.stdout.readline())
-        assert worker != gateway.pid and _running(worker)
+        assert worker != gateway.pid and alive(worker)
     finally:
         gateway.kill()
         gateway.wait(timeout=10)
     deadline = time.monotonic() + 15
-    while _running(worker) and time.monotonic() < deadline:
+    while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    outlived = _running(worker)
+    outlived = alive(worker)
     if outlived:
         os.kill(worker, signal.SIGKILL)  # not left behind by the test either
     assert not outlived, f"the forecast process {worker} outlived its gateway"

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.processes import alive
+
 __all__ = [
     "API_VERSION",
     "PACKAGES",
@@ -355,26 +357,17 @@ def _pid(path: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (daemons reparented to PID 1 may linger as <defunct>)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _stop_pid(pid: int | None, timeout: float = 15.0) -> None:
-    if pid is None or not _alive(pid):
+    if pid is None or not alive(pid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -382,7 +375,7 @@ def _stop_pid(pid: int | None, timeout: float = 15.0) -> None:
 def stop_cluster(directory: Path) -> None:
     """Cancel every job (slurmstepd outlives slurmd), then stop each daemon by its pid."""
     env = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
-    if (directory / "slurm.conf").exists() and _alive(_pid(directory / "slurmctld.pid") or 0):
+    if (directory / "slurm.conf").exists() and alive(_pid(directory / "slurmctld.pid") or 0):
         subprocess.run(["scancel", "--user=root"], env=env, check=False, capture_output=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -405,7 +398,7 @@ def stop_cluster(directory: Path) -> None:
 
 def cluster_status(directory: Path) -> dict[str, bool]:
     return {
-        name: _alive(_pid(directory / path) or 0)
+        name: alive(_pid(directory / path) or 0)
         for name, path in (
             ("munged", "munge/munged.pid"),
             ("slurmctld", "slurmctld.pid"),
