@@ -26,6 +26,7 @@ from gateway.backends.ray import RayBackend
 from gateway.backends.ray.client import RayJobExistsError
 from gateway.backends.ray.mapping import job_request
 from tests.support.gateways import free_port
+from tests.support.processes import alive
 from tests.support.ray import RayHead
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
@@ -139,10 +140,12 @@ async def test_a_job_stopped_while_pending_never_runs_to_its_end(
 ) -> None:
     # All eight GPUs taken: the victim waits on Ray.
     hog, victim = unique("hog"), unique("victim")
-    marker = tmp_path / "victim-finished"
+    marker, pidfile = tmp_path / "victim-finished", tmp_path / "victim-pid"
     await backend.submit(JobSpec(hog, ("sleep", "4"), {}, 60, pods=(PodShape(1, gpus=8),)))
     await until(backend, hog, lambda s: s.state is JobState.RUNNING)
-    command = ("/bin/sh", "-c", f"sleep 3 && touch {marker}")
+    # Its end is far enough away (30 s) that the stop, however late a loaded machine makes
+    # it (a poll and two round trips to Ray), comes first: what is asserted is that it came.
+    command = ("/bin/sh", "-c", f"echo $$ > {pidfile} && sleep 30 && touch {marker}")
     await backend.submit(JobSpec(victim, command, {}, 60, pods=(PodShape(1, gpus=1),)))
     assert (await backend.status(victim)).state is JobState.PENDING
     await backend.cancel(victim)
@@ -156,7 +159,13 @@ async def test_a_job_stopped_while_pending_never_runs_to_its_end(
         await asyncio.sleep(0.2)
     ended = await backend.status(victim)
     assert ended.state is JobState.CANCELLED, ended
-    await asyncio.sleep(4)  # past the moment it would have finished
+    # Stopped either before its shell started or while it slept: no process of it is left.
+    if pidfile.exists():
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 15
+        while alive(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert not alive(pid), f"the stopped job's shell {pid} still runs"
     assert not marker.exists()
 
 
