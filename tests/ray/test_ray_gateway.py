@@ -22,6 +22,7 @@ from tests.conftest import ADMIN_KEY
 # The gateway-driving helpers the Slurm stories use serve these just as well.
 from tests.slurm.test_slurm_gateway import Api, ThreadedRelay
 from tests.support.gangs import gang, gang_config
+from tests.support.processes import alive
 from tests.support.ray import RayHead
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
@@ -147,14 +148,21 @@ def test_a_gang_cancelled_while_pending_on_ray_never_runs_to_its_end(
         timeout=10,
     )
     assert hog.status_code == 200, hog.text
-    marker = tmp_path / "finished"
-    workload = api.submit(gang("queued", f"sleep 3 && touch {marker}"))
+    marker, pidfile = tmp_path / "finished", tmp_path / "pid"
+    # Its end is 30 s away, so the stop comes first however loaded the machine is.
+    workload = api.submit(gang("queued", f"echo $$ > {pidfile} && sleep 30 && touch {marker}"))
     pending = api.until(workload, lambda w: w["backend_state"] == "PENDING")
     assert pending["state"] == "running" and pending["reason"]["code"] == "BackendPending"
     response = api.client.delete(f"/api/v1/workloads/{workload}", headers=api.headers)
     assert response.status_code == 200, response.text
     cancelled = api.until(workload, lambda w: w["state"] == "cancelled")
     assert cancelled["backend_state"] == "STOPPED"
-    time.sleep(4)  # past the moment it would have finished, had it run on
     assert ray_job(ray, f"{workload}-1")["status"] == "STOPPED"
+    # Stopped before its shell started or while it slept: no process of it is left.
+    if pidfile.exists():
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 15
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(pid), f"the cancelled gang's shell {pid} still runs"
     assert not marker.exists()
