@@ -426,7 +426,8 @@ async def test_health_checker_marks_down_endpoint_and_it_is_skipped(
     )
     r = registry.route("fake-model")
     assert r is not None
-    checker = HealthChecker(registry, client, interval=0.05, timeout=0.5)
+    # A stopped server refuses at once; the timeout only has to spare a slow, healthy one.
+    checker = HealthChecker(registry, client, interval=0.05, timeout=2.0)
     await checker.start()
     try:
         assert client.is_healthy(r.endpoints[0]) and client.is_healthy(r.endpoints[1])
