@@ -213,22 +213,30 @@ def start_head(
 def _runs_a_job(directory: Path, url: str, timeout: float = 120.0) -> None:
     """Wait until a head brought back runs a job, not only answers reads: on a loaded
     machine one answered ``GET /api/jobs/`` for minutes while every submission failed,
-    and the tests after it timed out waiting for their jobs."""
-    probe = f"ignara-probe-{os.getpid()}-{time.monotonic_ns()}"
+    and the tests after it timed out waiting for their jobs. A probe that ends other than
+    ``SUCCEEDED`` is followed by another, at once."""
     deadline = time.monotonic() + timeout
-    submitted = False
+    probe, last = "", "no probe submitted"
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if not submitted:
+            if not probe:
+                probe = f"ignara-probe-{os.getpid()}-{time.monotonic_ns()}"
                 body = {"entrypoint": "true", "submission_id": probe}
-                submitted = httpx.post(f"{url}/api/jobs/", json=body, timeout=10).is_success
+                if not httpx.post(f"{url}/api/jobs/", json=body, timeout=10).is_success:
+                    probe = ""
             else:
                 job = httpx.get(f"{url}/api/jobs/{probe}", timeout=10)
-                if job.is_success and job.json().get("status") == "SUCCEEDED":
+                info = job.json() if job.is_success else {}
+                status = info.get("status")
+                if status == "SUCCEEDED":
                     return
+                if status in ("FAILED", "STOPPED"):
+                    last = f"probe {probe} ended {status}: {info.get('message')}"
+                    probe = ""
+                    continue
         time.sleep(0.5)
     stop_head(directory)
-    raise RuntimeError(f"the Ray head at {url} did not run a job within {timeout:.0f} s")
+    raise RuntimeError(f"the Ray head at {url} did not run a job within {timeout:.0f} s ({last})")
 
 
 def _processes() -> dict[int, tuple[int, str]]:
