@@ -384,6 +384,7 @@ class Services:
             outage=self.outages.database,
             interval=self.settings.admission.interval,
             estimate_interval=self.settings.admission.estimate_interval,
+            max_lost_runs=self.settings.admission.max_lost_runs,
             charged=self.charged_loader,
             board=self.live,
             observe=self.observe,

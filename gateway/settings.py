@@ -174,6 +174,10 @@ class AdmissionSettings:
     # IGNARA_ESTIMATE_INTERVAL: how often the leader recomputes pending workloads'
     # estimated starts (a forecast over every queue: not on every admission pass).
     estimate_interval: float = 5.0
+    # IGNARA_MAX_LOST_RUNS: a workload whose backend lost its job this many times (the job
+    # vanished, or died with its backend) fails instead of running yet again: a job that
+    # takes its backend down with it would otherwise do so for ever.
+    max_lost_runs: int = 5
 
 
 @dataclass(frozen=True)
@@ -374,6 +378,7 @@ class Settings:
                     AdmissionSettings.estimate_interval,
                     positive=True,
                 ),
+                max_lost_runs=_whole(env, "IGNARA_MAX_LOST_RUNS", AdmissionSettings.max_lost_runs),
             ),
             console=ConsoleSettings(
                 idle_seconds=_seconds(

@@ -27,7 +27,9 @@ running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it a
 MinJobAge or lost its state, a Ray head came back without its jobs) or ended through a
 failure of its own (``JobState.LOST``: Ray's job supervisor died with the head) is
 ``lost``: the workload goes back to pending and runs again as a new attempt, never failed
-silently.
+silently; a workload whose runs were all lost ``max_lost_runs`` times is failed, saying so
+(``LostTooOften``), rather than requeued for ever: a job that takes its backend down
+with it (a Ray head killed by the job's memory, say) would otherwise do so again and again.
 
 Which backend: the one the workload names, else the one its admitted flavors name
 (``flavor_backends``), else ``local``; it is noted on the row when the job is submitted
@@ -82,6 +84,7 @@ LOCAL = "local"
 UNAVAILABLE = "BackendUnavailable"
 DISPATCHED = "Dispatched"
 LOST = "Lost"
+LOST_TOO_OFTEN = "LostTooOften"
 # How each end is told in the workload's events.
 _END_EVENTS = {"succeeded": "finished", "failed": "failed", "cancelled": "cancelled"}
 
@@ -103,10 +106,14 @@ class Dispatcher:
         flavor_backends: Mapping[str, str] | None = None,
         *,
         observe: Observability | None = None,
+        max_lost_runs: int = 5,
     ) -> None:
+        if max_lost_runs < 1:
+            raise ValueError(f"max_lost_runs must be at least 1, not {max_lost_runs}")
         self.database = database
         self.backends = backends
         self.observe = observe or Observability()
+        self.max_lost_runs = max_lost_runs
         self.flavor_backends: Mapping[str, str] = (
             flavor_backends if flavor_backends is not None else {}
         )
@@ -288,6 +295,22 @@ class Dispatcher:
         await self._end(row, outcome[0], outcome[1], message, **noted)
         result.finished.append(row.id)
 
+    async def _times_lost(self, row: WorkloadRow) -> int:
+        """How many of the workload's runs were lost before this one."""
+        async with self.database.session() as session:
+            return int(
+                (
+                    await session.exec(
+                        select(func.count())
+                        .select_from(WorkloadEventRow)
+                        .where(
+                            WorkloadEventRow.workload_id == row.id,
+                            WorkloadEventRow.type == "lost",
+                        )
+                    )
+                ).one()
+            )
+
     async def _starts_running(self, row: WorkloadRow) -> bool:
         """Whether a job seen running was not yet seen running in this attempt."""
         if row.reason_code in (DISPATCHED, "BackendPending"):
@@ -315,12 +338,9 @@ class Dispatcher:
         """The backend no longer knows a job the gateway thinks running (it forgot it after
         its MinJobAge while the gateway was away, or lost its state), or lost it (ended it
         through a failure of its own): the run is lost, not failed; the workload waits for
-        quota again and runs as a new attempt."""
+        quota again and runs as a new attempt, unless this was its ``max_lost_runs``-th lost
+        run: then it fails (``LostTooOften``)."""
         job = f"job {row.job_id}{f' ({row.backend_job_id})' if row.backend_job_id else ''}"
-        if status.state is JobState.LOST:
-            message = f"the {backend.name} backend lost {job} ({status.message}); it runs again"
-        else:
-            message = f"the {backend.name} backend no longer knows {job}; it runs again"
         lost = {
             "backend": backend.name,
             "job": row.job_id,
@@ -330,6 +350,19 @@ class Dispatcher:
         self.observe.events.warning(
             "workload.lost", workload=row.id, tenant=row.tenant, queue=row.queue, **lost
         )
+        times = await self._times_lost(row) + 1
+        if times >= self.max_lost_runs:
+            message = (
+                f"the {backend.name} backend lost {job} ({status.message or 'no longer known'}); "
+                f"its runs were lost {times} times, so it is not run again"
+            )
+            await self._end(row, "failed", LOST_TOO_OFTEN, message, lost=lost)
+            result.finished.append(row.id)
+            return
+        if status.state is JobState.LOST:
+            message = f"the {backend.name} backend lost {job} ({status.message}); it runs again"
+        else:
+            message = f"the {backend.name} backend no longer knows {job}; it runs again"
         await self._guarded(
             row,
             ("lost", lost),
@@ -373,8 +406,17 @@ class Dispatcher:
             await self._guarded(row, None, reason_code=UNAVAILABLE, reason_message=message)
 
     async def _end(
-        self, row: WorkloadRow, state: str, code: str, message: str, **noted: Any
+        self,
+        row: WorkloadRow,
+        state: str,
+        code: str,
+        message: str,
+        *,
+        lost: dict[str, Any] | None = None,
+        **noted: Any,
     ) -> None:
+        """End the row's run (and the workload) as ``state``; ``lost``: the run was lost
+        (its event is written first, in the same transaction)."""
         detail = {
             "exit_code": noted.get("exit_code", row.exit_code),
             "message": message[:500],
@@ -383,6 +425,7 @@ class Dispatcher:
         }
         if await self._guarded(
             row,
+            ("lost", lost) if lost is not None else None,
             (_END_EVENTS[state], detail),
             state=state,
             finished_at=utcnow(),

@@ -40,6 +40,7 @@ class AdmissionRuntime:
         observe: Observability | None = None,
         idle_pass_interval: float = 30.0,
         idle_estimate_interval: float = 120.0,
+        max_lost_runs: int = 5,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.observe = observe or Observability()
@@ -47,7 +48,9 @@ class AdmissionRuntime:
         self.outage = outage or Outage("database")
         self.lock = LeaderLock(database)
         self.loop = AdmissionLoop(database, charged=charged, board=board, observe=self.observe)
-        self.dispatcher = Dispatcher(database, backends, flavor_backends, observe=self.observe)
+        self.dispatcher = Dispatcher(
+            database, backends, flavor_backends, observe=self.observe, max_lost_runs=max_lost_runs
+        )
         # PostgreSQL (the gateway at size): the forecast runs in a process of its own;
         # a SQLite file (one small gateway, the tests): in a thread.
         separate = database.url.startswith("postgresql")

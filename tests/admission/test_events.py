@@ -13,7 +13,9 @@ import pytest
 from sqlmodel import select
 
 from gateway.admission import AdmissionRuntime
+from gateway.admission.dispatcher import Dispatcher
 from gateway.backends import JobSpec, JobState, JobStatus, LocalBackend
+from gateway.settings import Settings
 from tenants import Database, parse_config
 from tenants.models import WorkloadEventRow, WorkloadRow
 from tenants.services import apply_config
@@ -246,3 +248,51 @@ async def test_a_preempted_workload_cancelled_while_its_job_stops_ends_once_it_h
         assert (await types(database, low))[-2:] == ["preempted", "cancelled"]
     finally:
         await runtime.stop()
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+async def test_a_workload_lost_max_lost_runs_times_fails_instead_of_running_again(
+    database: Database, limit: int
+) -> None:
+    await configured(database)
+    backend = Forgetful()
+    runtime = AdmissionRuntime(database, {"local": backend}, interval=0.05, max_lost_runs=limit)
+    try:
+        wid = await submit(database, "crashes-its-backend")
+        for attempt in range(1, limit + 1):
+            await runtime.step()  # admitted and dispatched (again)
+            await runtime.step()  # seen running
+            row = await state(database, wid)
+            assert (row.state, row.attempt) == ("running", attempt)
+            backend.jobs.clear()  # the job took the backend's state with it
+            await runtime.step()
+        row = await state(database, wid)
+        assert (row.state, row.reason_code) == ("failed", "LostTooOften"), row.reason_message
+        assert row.reason_message is not None
+        assert f"lost {limit} times" in row.reason_message
+        assert row.finished_at is not None
+        # Not run again, and its quota is free: another workload is admitted and runs.
+        other = await submit(database, "next")
+        await runtime.step()
+        await runtime.step()
+        assert (await state(database, other)).state == "running"
+        assert backend.submitted == [f"{wid}-{n}" for n in range(1, limit + 1)] + [f"{other}-1"]
+        timeline = [(e.type, e.attempt) for e in await events(database, wid)]
+        assert timeline.count(("lost", limit)) == 1
+        assert timeline[-2:] == [("lost", limit), ("failed", limit)]
+        assert [t for t, _ in timeline].count("requeued") == limit - 1
+    finally:
+        await runtime.stop()
+
+
+def test_a_dispatcher_needs_at_least_one_run() -> None:
+    with pytest.raises(ValueError, match="max_lost_runs must be at least 1"):
+        Dispatcher(Database("sqlite+aiosqlite://"), {}, max_lost_runs=0)
+
+
+def test_max_lost_runs_defaults_to_five_and_reads_the_environment() -> None:
+    assert Settings.from_env({}).admission.max_lost_runs == 5
+    assert Settings.from_env({"IGNARA_MAX_LOST_RUNS": "2"}).admission.max_lost_runs == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError, match="IGNARA_MAX_LOST_RUNS must be a positive whole"):
+            Settings.from_env({"IGNARA_MAX_LOST_RUNS": bad})
