@@ -27,7 +27,7 @@ running job the backend no longer knows (``JobState.UNKNOWN``: Slurm forgot it a
 MinJobAge or lost its state, a Ray head came back without its jobs) or ended through a
 failure of its own (``JobState.LOST``: Ray's job supervisor died with the head) is
 ``lost``: the workload goes back to pending and runs again as a new attempt, never failed
-silently; a workload whose runs were all lost ``max_lost_runs`` times is failed, saying so
+silently; a workload whose job was lost ``max_lost_runs`` times is failed, saying so
 (``LostTooOften``), rather than requeued for ever: a job that takes its backend down
 with it (a Ray head killed by the job's memory, say) would otherwise do so again and again.
 
