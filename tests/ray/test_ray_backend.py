@@ -26,7 +26,7 @@ from gateway.backends.ray import RayBackend
 from gateway.backends.ray.client import RayJobExistsError
 from gateway.backends.ray.mapping import job_request
 from tests.support.gateways import free_port
-from tests.support.processes import alive
+from tests.support.processes import ended_within
 from tests.support.ray import RayHead
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
@@ -162,10 +162,8 @@ async def test_a_job_stopped_while_pending_never_runs_to_its_end(
     # Stopped either before its shell started or while it slept: no process of it is left.
     if pidfile.exists():
         pid = int(pidfile.read_text())
-        deadline = time.monotonic() + 15
-        while alive(pid) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        assert not alive(pid), f"the stopped job's shell {pid} still runs"
+        ended = await asyncio.to_thread(ended_within, pid, 15)
+        assert ended, f"the stopped job's shell {pid} still runs"
     assert not marker.exists()
 
 

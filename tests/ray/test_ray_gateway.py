@@ -6,7 +6,6 @@ preempted one waits and runs again later as a new submission. Logs come from Ray
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from tests.conftest import ADMIN_KEY
 # The gateway-driving helpers the Slurm stories use serve these just as well.
 from tests.slurm.test_slurm_gateway import Api, ThreadedRelay
 from tests.support.gangs import gang, gang_config
-from tests.support.processes import alive
+from tests.support.processes import ended_within
 from tests.support.ray import RayHead
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_jobs")]
@@ -161,8 +160,5 @@ def test_a_gang_cancelled_while_pending_on_ray_never_runs_to_its_end(
     # Stopped before its shell started or while it slept: no process of it is left.
     if pidfile.exists():
         pid = int(pidfile.read_text())
-        deadline = time.monotonic() + 15
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not alive(pid), f"the cancelled gang's shell {pid} still runs"
+        assert ended_within(pid, 15), f"the cancelled gang's shell {pid} still runs"
     assert not marker.exists()

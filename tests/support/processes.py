@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-__all__ = ["alive"]
+__all__ = ["alive", "ended_within"]
 
 
 def alive(pid: int) -> bool:
@@ -14,3 +15,13 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def ended_within(pid: int, seconds: float) -> bool:
+    """Whether the process is gone (or a zombie) within ``seconds``, looking every 0.2 s."""
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
