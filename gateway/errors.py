@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 class ApiError(HTTPException):
     """An HTTP error with a stable code."""
 
-    def __init__(self, status_code: int, code: str, message: str) -> None:
-        super().__init__(status_code=status_code, detail=message)
+    def __init__(
+        self, status_code: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(status_code=status_code, detail=message, headers=headers)
         self.code = code
 
 

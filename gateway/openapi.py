@@ -84,7 +84,10 @@ _DESCRIPTIONS = {
     413: "The body is larger than this route takes.",
     422: "Well formed, but not a valid request (the message says why).",
     428: "The request must name the version it read (If-Match).",
-    429: "A quota refused it; Retry-After says when to try again.",
+    429: (
+        "A quota or a limit refused it (the message says which); Retry-After says when to "
+        "try again."
+    ),
     502: "The backend or upstream failed or answered malformed.",
     503: (
         "A service the gateway needs is out of reach (the database, the token ledger, an "

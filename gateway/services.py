@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from gateway.admission import AdmissionRuntime
 from gateway.admission.snapshot import ChargedLoader
 from gateway.admission.state import LiveBoard
-from gateway.auth import Authenticator, OidcSettings, OidcVerifier
+from gateway.auth import ANY_TENANT, Authenticator, OidcSettings, OidcVerifier
 from gateway.auth.store import CachedApiKeyStore, SqlApiKeyStore
 from gateway.backends import Backend, LocalBackend
 from gateway.backends.registry import BackendRegistry
@@ -34,6 +34,7 @@ from gateway.outages import Outages, database_unavailable
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
 from gateway.settings import Settings
+from gateway.stream_slots import StreamSlots
 from gateway.usage import UsageRecorder
 from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
 from gateway.usage.reclaim import Reclaimer
@@ -103,6 +104,10 @@ class Services:
     live: LiveBoard | None = None
     # Metrics, traces and event logs (gateway.observability).
     observe: Observability = field(default_factory=Observability)
+    # The event streams open now, and how many may be (gateway.stream_slots).
+    stream_slots: StreamSlots = field(
+        default_factory=lambda: StreamSlots(8, 64, platform=ANY_TENANT)
+    )
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -191,6 +196,11 @@ class Services:
             charged_loader=charged_hours,
             live=LiveBoard(database, charged=charged_hours),
             observe=observe,
+            stream_slots=StreamSlots(
+                settings.server.event_streams_per_tenant,
+                settings.server.event_streams,
+                platform=ANY_TENANT,
+            ),
         )
 
     async def reload_config(self) -> None:

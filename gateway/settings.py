@@ -24,6 +24,12 @@ class ServerSettings:
     # default is 700): large enough that an admission cycle's objects die young instead
     # of filling the oldest generation (gateway/process.py).
     gc_young_threshold: int = 50_000
+    # Event streams (GET /api/v1/admin/events, the console's live updates) open at once:
+    # per tenant, all its keys and sessions together (IGNARA_EVENT_STREAMS_PER_TENANT;
+    # platform admins have as many of their own), and for all tenants together
+    # (IGNARA_EVENT_STREAMS). Each open stream reads the database twice a second.
+    event_streams_per_tenant: int = 8
+    event_streams: int = 64
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,10 @@ class Settings:
                 gc_young_threshold=_whole(
                     env, "IGNARA_GC_YOUNG_THRESHOLD", ServerSettings.gc_young_threshold
                 ),
+                event_streams_per_tenant=_whole(
+                    env, "IGNARA_EVENT_STREAMS_PER_TENANT", ServerSettings.event_streams_per_tenant
+                ),
+                event_streams=_whole(env, "IGNARA_EVENT_STREAMS", ServerSettings.event_streams),
             ),
             database=DatabaseSettings(url=env.get("DATABASE_URL", DatabaseSettings.url)),
             auth=AuthSettings(

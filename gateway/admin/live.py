@@ -21,6 +21,7 @@ import asyncio
 import bisect
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,7 @@ from gateway.http_protocol import CLOSING
 from gateway.openapi import errors
 from gateway.policy.data import CONFIG_KINDS
 from gateway.services import Services
+from gateway.stream_slots import Slot
 from quota.budgets import is_budget
 from tenants import Database
 from tenants.models import AuditEntry, WorkloadEventRow, WorkloadRow
@@ -59,6 +61,7 @@ _EVENT_ID = re.compile(r"^(\d{1,18})-(\d{1,18})$")
 
 POLL_SECONDS = 0.5
 BATCH = 200  # rows read per poll and kind: what one connection holds at most
+RETRY_AFTER_SECONDS = 30  # a 429 for one stream too many: when to try again
 GAP_WAIT = 2.0  # how long a missing id holds later ones back (its transaction may commit)
 RETRY_MS = 2000
 
@@ -215,7 +218,7 @@ class LiveController(Controller):
         "/events",
         operation_id="StreamEvents",
         media_type="text/event-stream",
-        responses=errors(400),
+        responses=errors(400, 429),
     )
     async def events(
         self,
@@ -236,11 +239,26 @@ class LiveController(Controller):
         else:
             async with services.database.session() as session:
                 start = await _newest(session)
+        board = _board(services)
+        slot = services.stream_slots.take(viewer or ANY_TENANT)
+        if slot is None:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"{_whose(viewer)} already {services.stream_slots.open(viewer or ANY_TENANT)} "
+                "event streams open, as many as this gateway allows at once; close one "
+                "(another tab of the console, say) and try again",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
         closing = asyncio.Event()
         cast(dict[str, Any], request.scope)[CLOSING] = closing
-        feed = EventFeed(services.database, _board(services), viewer, closing, heartbeat)
+        feed = EventFeed(services.database, board, viewer, closing, heartbeat)
+        stream = feed.run(start, slot)
+        # A stream never iterated (the client gone before its first byte) never runs its
+        # ``finally``: the slot is given back when the generator is collected.
+        weakref.finalize(stream, slot.release)
         return Stream(
-            feed.run(start),
+            stream,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -254,6 +272,10 @@ async def _viewer(services: Services, identity: Identity) -> str | None:
         return None
     await authorize(services.policy, identity, "live.read", identity.tenant)
     return identity.tenant
+
+
+def _whose(viewer: str | None) -> str:
+    return "the platform's admins have" if viewer is None else f"tenant {viewer!r} has"
 
 
 def _board(services: Services) -> LiveBoard:
@@ -317,7 +339,17 @@ class EventFeed:
     closing: asyncio.Event
     heartbeat: float
 
-    async def run(self, start: tuple[int, int]) -> AsyncIterator[str]:
+    async def run(self, start: tuple[int, int], slot: Slot | None = None) -> AsyncIterator[str]:
+        """The stream's messages until the client goes; ``slot``: its place among the open
+        streams, given back when it ends."""
+        try:
+            async for message in self._messages(start):
+                yield message
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def _messages(self, start: tuple[int, int]) -> AsyncIterator[str]:
         events, audit = _Sequence(start[0]), _Sequence(start[1])
         yield f"retry: {RETRY_MS}\n\n"
         beat = time.monotonic()

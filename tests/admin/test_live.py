@@ -524,3 +524,47 @@ async def test_the_leaders_state_is_served_until_it_is_stale_then_a_snapshot(
     assert await board.current() is first  # one read serves every request for 2 s
     clock[0] = 13.0
     assert await board.current() is not first
+
+
+async def test_a_tenant_cannot_open_more_event_streams_than_allowed(settings: Settings) -> None:
+    server = dataclasses.replace(settings.server, event_streams_per_tenant=2, event_streams=3)
+    limited = dataclasses.replace(settings, server=server)
+    async with gateway(limited) as api, AsyncExitStack() as open_:
+        beta = [await api.token("beta", f"bea-{i}", ["tenant-admin"]) for i in range(3)]
+        alpha = await api.token("alpha", "al", ["tenant-admin"])
+
+        async def stream(token: str) -> httpx.Response:
+            return await open_.enter_async_context(
+                api.http.stream(
+                    "GET", "/api/v1/admin/events", headers={"Authorization": f"Bearer {token}"}
+                )
+            )
+
+        # Two streams of beta's, on two keys: its limit counts the tenant, not the key.
+        first = await stream(beta[0])
+        assert (first.status_code, (await stream(beta[1])).status_code) == (200, 200)
+        refused = await stream(beta[2])
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "30"
+        error = json.loads(await refused.aread())["error"]
+        assert error["code"] == "too_many_streams"
+        assert "tenant 'beta' has already 2 event streams open" in error["message"]
+        # alpha takes the third place of all tenants', then none is left for a fourth...
+        assert (await stream(alpha)).status_code == 200
+        assert (await stream(alpha)).status_code == 429
+        # ...while the platform's admins have places of their own.
+        assert (await stream(ADMIN_KEY)).status_code == 200
+        # A stream closed gives its place back (once the server has seen the client go).
+        await first.aclose()
+        async with asyncio.timeout(20):
+            while True:
+                retry = await open_.enter_async_context(
+                    api.http.stream(
+                        "GET",
+                        "/api/v1/admin/events",
+                        headers={"Authorization": f"Bearer {beta[2]}"},
+                    )
+                )
+                if retry.status_code == 200:
+                    break
+                await asyncio.sleep(0.2)
