@@ -1,4 +1,4 @@
-"""How many event streams (``GET /api/v1/admin/events``) may be open at once.
+"""How many event streams (``GET /api/v1/admin/events``) may be open at once in this gateway.
 
 Each open stream reads the database twice per poll for as long as it lasts, so open
 streams are a load a caller chooses. A tenant (all its keys and console sessions
