@@ -14,9 +14,12 @@ Use it with ``uvicorn.run(app, http=JoiningHttpToolsProtocol)``.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.errors import error_body
 
 __all__ = ["CLOSING", "JoiningHttpToolsProtocol", "JoiningTransport"]
 
@@ -68,7 +71,27 @@ class JoiningTransport:
 
 
 class JoiningHttpToolsProtocol(HttpToolsProtocol):
-    """:class:`HttpToolsProtocol` writing through a :class:`JoiningTransport`."""
+    """:class:`HttpToolsProtocol` writing through a :class:`JoiningTransport`, and
+    answering a request it cannot parse (a malformed header, a bogus
+    ``Transfer-Encoding``) with the gateway's JSON error, not uvicorn's plain text."""
+
+    def send_400_response(self, msg: str) -> None:
+        message = f"not a valid HTTP/1.1 request: {msg.rstrip('.')}"
+        body = json.dumps(error_body(400, "invalid_request", message)).encode()
+        content = [STATUS_LINE[400]]
+        for name, value in self.server_state.default_headers:
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
+                b"connection: close\r\n",
+                b"\r\n",
+                body,
+            ]
+        )
+        self.transport.write(b"".join(content))
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(cast(asyncio.Transport, JoiningTransport(transport)))

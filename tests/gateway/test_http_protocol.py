@@ -4,6 +4,7 @@ uvicorn with that protocol still speaks plain HTTP/1.1 (keep-alive, streams, HEA
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -126,3 +127,36 @@ async def test_uvicorn_with_it_serves_plain_http() -> None:
                 seen.append(chunk)
         assert "".join(seen) == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
         assert (await client.get("/missing")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(
+            b"POST /text HTTP/1.1\r\nhost: x\r\ntransfer-encoding: BOGGN8nl.\r\n\r\n",
+            id="a bogus transfer-encoding",
+        ),
+        pytest.param(b"GET /text HTTP/1.1\r\nbad header\r\n\r\n", id="a header without a colon"),
+        pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", id="TLS to a plain port"),
+    ],
+)
+async def test_a_request_that_is_not_http_gets_the_gateways_json_error(
+    request_bytes: bytes,
+) -> None:
+    async with serving(Litestar([_text])) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(request_bytes)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), timeout=10)  # closed after it
+        finally:
+            writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().lower().split("\r\n")
+    assert lines[0] == "http/1.1 400 bad request"
+    assert "content-type: application/json" in lines
+    assert f"content-length: {len(body)}" in lines
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_request" and error["type"] == "invalid_request_error"
+    assert error["message"].startswith("not a valid HTTP/1.1 request: ")
