@@ -33,7 +33,7 @@ from gateway.observability.policy import TimedPolicy
 from gateway.outages import Outages, database_unavailable
 from gateway.policy import PolicyEngine, create_policy_engine, load_policies
 from gateway.policy.data import config_version, credentials_version, policy_data
-from gateway.settings import Settings
+from gateway.settings import ServerSettings, Settings
 from gateway.stream_slots import StreamSlots
 from gateway.usage import UsageRecorder
 from gateway.usage.budgets import SpentBudgets, spent, spent_budgets
@@ -60,12 +60,18 @@ __all__ = [
     "create_private_database",
     "load_pepper",
     "oidc_verifier",
+    "stream_slots",
 ]
 
 log = logging.getLogger(__name__)
 
 CREATE_ADMIN_COMMAND = "ignara keys create --admin --principal <your-name>"
 KEY_EXPIRY_ACTOR = "ignara (idle-key policy)"  # the audit log's actor for expired keys
+
+
+def stream_slots(server: ServerSettings) -> StreamSlots:
+    """The event streams a gateway with these settings lets be open at once."""
+    return StreamSlots(server.event_streams_per_tenant, server.event_streams, platform=ANY_TENANT)
 
 
 @dataclass
@@ -105,9 +111,7 @@ class Services:
     # Metrics, traces and event logs (gateway.observability).
     observe: Observability = field(default_factory=Observability)
     # The event streams open now, and how many may be (gateway.stream_slots).
-    stream_slots: StreamSlots = field(
-        default_factory=lambda: StreamSlots(8, 64, platform=ANY_TENANT)
-    )
+    stream_slots: StreamSlots = field(default_factory=lambda: stream_slots(ServerSettings()))
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -196,11 +200,7 @@ class Services:
             charged_loader=charged_hours,
             live=LiveBoard(database, charged=charged_hours),
             observe=observe,
-            stream_slots=StreamSlots(
-                settings.server.event_streams_per_tenant,
-                settings.server.event_streams,
-                platform=ANY_TENANT,
-            ),
+            stream_slots=stream_slots(settings.server),
         )
 
     async def reload_config(self) -> None:

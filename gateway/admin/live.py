@@ -240,12 +240,13 @@ class LiveController(Controller):
             async with services.database.session() as session:
                 start = await _newest(session)
         board = _board(services)
-        slot = services.stream_slots.take(viewer or ANY_TENANT)
+        holder = viewer or ANY_TENANT  # a tenant's streams, or the platform admins'
+        slot = services.stream_slots.take(holder)
         if slot is None:
             raise ApiError(
                 429,
                 "too_many_streams",
-                f"{_whose(viewer)} already {services.stream_slots.open(viewer or ANY_TENANT)} "
+                f"{_whose(viewer)} already {services.stream_slots.open(holder)} "
                 "event streams open, as many as this gateway allows at once; close one "
                 "(another tab of the console, say) and try again",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},

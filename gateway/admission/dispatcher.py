@@ -295,21 +295,17 @@ class Dispatcher:
         await self._end(row, outcome[0], outcome[1], message, **noted)
         result.finished.append(row.id)
 
-    async def _times_lost(self, row: WorkloadRow) -> int:
-        """How many of the workload's runs were lost before this one."""
+    async def _events(self, row: WorkloadRow, kind: str, *, this_attempt: bool = False) -> int:
+        """How many ``kind`` events the workload has (in its current attempt only)."""
+        query = (
+            select(func.count())
+            .select_from(WorkloadEventRow)
+            .where(WorkloadEventRow.workload_id == row.id, WorkloadEventRow.type == kind)
+        )
+        if this_attempt:
+            query = query.where(WorkloadEventRow.attempt == row.attempt)
         async with self.database.session() as session:
-            return int(
-                (
-                    await session.exec(
-                        select(func.count())
-                        .select_from(WorkloadEventRow)
-                        .where(
-                            WorkloadEventRow.workload_id == row.id,
-                            WorkloadEventRow.type == "lost",
-                        )
-                    )
-                ).one()
-            )
+            return int((await session.exec(query)).one())
 
     async def _starts_running(self, row: WorkloadRow) -> bool:
         """Whether a job seen running was not yet seen running in this attempt."""
@@ -318,19 +314,7 @@ class Dispatcher:
         if row.reason_code != UNAVAILABLE:
             return False  # "Running" (seen before) or "Cancelling"
         # Back from an outage: the row no longer says whether it ran before; its events do.
-        async with self.database.session() as session:
-            seen = (
-                await session.exec(
-                    select(func.count())
-                    .select_from(WorkloadEventRow)
-                    .where(
-                        WorkloadEventRow.workload_id == row.id,
-                        WorkloadEventRow.attempt == row.attempt,
-                        WorkloadEventRow.type == "running",
-                    )
-                )
-            ).one()
-        return not seen
+        return not await self._events(row, "running", this_attempt=True)
 
     async def _lost(
         self, row: WorkloadRow, backend: Backend, status: JobStatus, result: DispatchResult
@@ -350,7 +334,7 @@ class Dispatcher:
         self.observe.events.warning(
             "workload.lost", workload=row.id, tenant=row.tenant, queue=row.queue, **lost
         )
-        times = await self._times_lost(row) + 1
+        times = await self._events(row, "lost") + 1  # this one not yet written
         if times >= self.max_lost_runs:
             message = (
                 f"the {backend.name} backend lost {job} ({status.message or 'no longer known'}); "

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from sqlmodel import select
@@ -20,7 +19,7 @@ from tenants.models import WorkloadRow
 from tenants.services import apply_config
 from tenants.services.charges import charged_hours
 from tests.admin.test_live import CONFIG, job, submit
-from tests.support.processes import alive
+from tests.support.processes import alive, ended_within
 
 
 async def _starts(database: Database) -> dict[str, object]:
@@ -77,10 +76,7 @@ def test_the_forecast_process_of_a_killed_gateway_does_not_live_on(tmp_path: Pat
     finally:
         gateway.kill()
         gateway.wait(timeout=10)
-    deadline = time.monotonic() + 15
-    while alive(worker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    outlived = alive(worker)
+    outlived = not ended_within(worker, 15)
     if outlived:
         os.kill(worker, signal.SIGKILL)  # not left behind by the test either
     assert not outlived, f"the forecast process {worker} outlived its gateway"
