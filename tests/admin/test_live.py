@@ -540,6 +540,10 @@ async def test_a_tenant_cannot_open_more_event_streams_than_allowed(settings: Se
                 )
             )
 
+        # A member of beta, refused the stream, holds none of beta's places.
+        member = await api.token("beta", "bob", ["member"])
+        for _ in range(3):
+            assert (await stream(member)).status_code == 403
         # Two streams of beta's, on two keys: its limit counts the tenant, not the key.
         first = await stream(beta[0])
         assert (first.status_code, (await stream(beta[1])).status_code) == (200, 200)
