@@ -21,6 +21,9 @@ _RequestKey = tuple[int, str, tuple[tuple[FlavorResource, int], ...], frozenset[
 # where LowerOrNewerEqualPriority compares it).
 _KeptKey = tuple[str, str, str, int, int, float | None]
 _MAX_KEPT = 16_384
+# Kept searches are swept of the stale once they number this many, and then again
+# whenever they have doubled since the last sweep.
+_FIRST_SWEEP = 1_024
 
 
 class Preemptor:
@@ -52,6 +55,7 @@ class Preemptor:
         # stops tracking: a busy engine holds many long-lived objects, and each one
         # more brings its full collections sooner.
         self._kept: dict[_KeptKey, tuple[int, tuple[Target, ...]]] = {}
+        self._sweep_at = _FIRST_SWEEP
 
     def frozen(self) -> _Frozen:
         """A context in which the caller changes neither admitted workloads nor usage
@@ -59,6 +63,8 @@ class Preemptor:
         return _Frozen(self)
 
     def _freeze(self) -> None:
+        if len(self._kept) >= self._sweep_at:
+            self._sweep_kept()
         self._index.refresh()
         self._found.clear()
         self._frozen = True
@@ -116,6 +122,19 @@ class Preemptor:
             self._kept.clear()
         self._kept[key] = (version, tuple(found))
         return found
+
+    def _sweep_kept(self) -> None:
+        """Forget the kept searches whose usage has moved since: none of them is
+        used again, and their targets hold the records of workloads that may have
+        ended long ago (in a busy tree, most of a full store's). Swept when the store
+        has doubled, the cost is a step per search kept."""
+        queues, version = self.state.queues, self.state.usage_version
+        self._kept = {
+            key: kept
+            for key, kept in self._kept.items()
+            if kept[0] == version(queues[key[0]], FlavorResource(key[1], key[2]))
+        }
+        self._sweep_at = max(_FIRST_SWEEP, 2 * len(self._kept))
 
     def _search(self, request: PreemptionRequest) -> list[Target]:
         if self.fair_sharing:

@@ -120,6 +120,14 @@ class CandidateIndex:
         self._over_children.clear()
         self._reclaimable.clear()
         self._reclaimable_above.clear()
+        # A stale ranking is never read again, but it holds its workloads' records:
+        # in a busy tree, thousands of ended runs.
+        queues = self.state.queues
+        self._ranked = {
+            key: entry
+            for key, entry in self._ranked.items()
+            if entry.version == queues[key[0]].admitted_version
+        }
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
