@@ -16,10 +16,12 @@ GPU-hour budgets (every queue and cohort has one, every workload a max runtime o
 h, the budget clock advancing a minute per cycle), alternately ``--repeat`` times (a
 shared machine drifts; pairs side by side do not), and the medians of both are printed
 with their ratio. ``--completions`` plays churn instead of a drain: workloads arrive over time
-(1.5 per queue per cycle, a little more than the tree can run), every admitted workload
+(1.5 per queue per cycle, about 1.7 times what the tree admits), every admitted workload
 finishes after as many cycles as its max runtime has hours (1-8), and the run goes on until
 every workload has finished (or ``--max-cycles``); with ``--preemption`` that is arrivals,
-admissions, completions and evictions all the time, as a trace replay is. ``--estimates N`` times N
+admissions, completions and evictions all the time, as a trace replay is. The backlog grows
+while workloads arrive: at its peak about 0.4 N wait, so N workloads also mean N times the
+live state. ``--estimates N`` times N
 what-if estimates (engine built from the state, the candidate added, scheduled, played
 forward) against that many pending workloads.
 
