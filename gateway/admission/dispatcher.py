@@ -334,19 +334,17 @@ class Dispatcher:
         self.observe.events.warning(
             "workload.lost", workload=row.id, tenant=row.tenant, queue=row.queue, **lost
         )
+        if status.state is JobState.LOST:
+            what = f"the {backend.name} backend lost {job} ({status.message})"
+        else:
+            what = f"the {backend.name} backend no longer knows {job}"
         times = await self._events(row, "lost") + 1  # this one not yet written
         if times >= self.max_lost_runs:
-            message = (
-                f"the {backend.name} backend lost {job} ({status.message or 'no longer known'}); "
-                f"its runs were lost {times} times, so it is not run again"
-            )
+            message = f"{what}; its runs were lost {times} times, so it is not run again"
             await self._end(row, "failed", LOST_TOO_OFTEN, message, lost=lost)
             result.finished.append(row.id)
             return
-        if status.state is JobState.LOST:
-            message = f"the {backend.name} backend lost {job} ({status.message}); it runs again"
-        else:
-            message = f"the {backend.name} backend no longer knows {job}; it runs again"
+        message = f"{what}; it runs again"
         await self._guarded(
             row,
             ("lost", lost),
