@@ -40,6 +40,7 @@ import random
 import resource
 import statistics
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -48,6 +49,7 @@ from gateway.settings import ServerSettings
 from quota import (
     ClusterQueueSpec,
     CohortSpec,
+    CycleResult,
     FlavorQuotas,
     PodSet,
     PreemptionPolicy,
@@ -250,39 +252,63 @@ def run(
     }
 
 
+class Churn:
+    """The churn's plan for ``workloads`` over ``queues``: 1.5 arrivals per queue per
+    cycle, and every admitted run ending after as many cycles as its max runtime has
+    hours. Made before the clock starts; :meth:`cycles` plays it."""
+
+    def __init__(self, workloads: list[Workload], queues: int) -> None:
+        self.runtime = {w.name: int((w.max_runtime or 3600) // 3600) for w in workloads}
+        per_cycle = max(1, 3 * queues // 2)
+        self.arrivals = [workloads[i : i + per_cycle] for i in range(0, len(workloads), per_cycle)]
+        self.arrivals.reverse()
+
+    def cycles(self, engine: QuotaEngine) -> Iterator[tuple[CycleResult, int]]:
+        """Each cycle: its arrivals, the cycle, then the runs due to end (unless evicted
+        meanwhile). Yields its result and how many runs ended, until every workload has
+        finished."""
+        arrivals, runtime = self.arrivals, self.runtime
+        ends: dict[int, list[str]] = {}
+        cycles = 0
+        while arrivals or engine.admitted or next(engine.pending(), None):
+            for workload in arrivals.pop() if arrivals else ():
+                engine.add(workload)
+            cycle = engine.schedule_once()
+            cycles += 1
+            for name in cycle.admitted:
+                ends.setdefault(cycles + runtime[name], []).append(name)
+            ended = 0
+            for name in ends.pop(cycles, ()):
+                if name in engine.admitted:
+                    engine.finish(name)
+                    ended += 1
+            yield cycle, ended
+
+
 def churn(n: int, queues: int, seed: int, preemption: bool, max_cycles: int) -> dict[str, object]:
     """Admissions, completions (and evictions) until every workload has finished."""
     rng = random.Random(seed)
     config = build_config(queues, preemption)
-    workloads = build_workloads(n, queues, rng)
-    runtime = {w.name: int((w.max_runtime or 3600) // 3600) for w in workloads}
+    plan = Churn(build_workloads(n, queues, rng), queues)
     clock = iter(range(10**9))
     engine = QuotaEngine(config, clock=lambda: float(next(clock)), now=START)
-    per_cycle = max(1, 3 * queues // 2)
-    arrivals = [workloads[i : i + per_cycle] for i in range(0, len(workloads), per_cycle)]
-    arrivals.reverse()
-    del workloads
     gc.collect()
-    ends: dict[int, list[str]] = {}
+    played = plan.cycles(engine)
     durations = []
-    admitted = preempted = completed = cycles = 0
+    admitted = preempted = completed = 0
     collector = CollectorClock().start()
     start, cpu_start = time.perf_counter(), time.process_time()
-    while cycles < max_cycles and (arrivals or engine.admitted or next(engine.pending(), None)):
+    while len(durations) < max_cycles:
         t0 = time.perf_counter()
-        for workload in arrivals.pop() if arrivals else ():
-            engine.add(workload)
-        cycle = engine.schedule_once()
-        cycles += 1
-        for name in cycle.admitted:
-            ends.setdefault(cycles + runtime[name], []).append(name)
-        for name in ends.pop(cycles, ()):
-            if name in engine.admitted:  # not evicted meanwhile
-                engine.finish(name)
-                completed += 1
+        step = next(played, None)
+        if step is None:
+            break
+        cycle, ended = step
         durations.append(time.perf_counter() - t0)
         admitted += len(cycle.admitted)
         preempted += len(cycle.preempted)
+        completed += ended
+    cycles = len(durations)
     drain = time.perf_counter() - start
     drain_cpu = time.process_time() - cpu_start
     collector.stop()

@@ -6,11 +6,12 @@ and whole search results across cycles; once stale, those would hold the records
 from __future__ import annotations
 
 import gc
+import itertools
 import random
 
 import pytest
 
-from bench.admission import build_config, build_workloads
+from bench.admission import Churn, build_config, build_workloads
 from quota.cache import AdmittedWorkload
 from quota.engine import QuotaEngine
 from tests.quota.test_properties import TickClock
@@ -21,37 +22,16 @@ def _records_alive() -> set[str]:
     return {o.name for o in gc.get_objects() if isinstance(o, AdmittedWorkload)}
 
 
-def _churn(engine: QuotaEngine, queues: int, count: int, seed: int) -> int:
-    """bench/admission.py's churn, small: arrivals each cycle, every admitted run
-    ending after 1-8 cycles. The evictions it saw."""
-    workloads = build_workloads(count, queues, random.Random(seed))
-    runtime = {w.name: int((w.max_runtime or 3600) // 3600) for w in workloads}
-    per_cycle = 3 * queues // 2
-    ends: dict[int, list[str]] = {}
-    cycle = evicted = 0
-    while workloads or engine.admitted or next(engine.pending(), None):
-        arriving, workloads = workloads[:per_cycle], workloads[per_cycle:]
-        for workload in arriving:
-            engine.add(workload)
-        result = engine.schedule_once()
-        cycle += 1
-        evicted += len(result.preempted)
-        for name in result.admitted:
-            ends.setdefault(cycle + runtime[name], []).append(name)
-        for name in ends.pop(cycle, ()):
-            if name in engine.admitted:
-                engine.finish(name)
-        assert cycle < 1000, "the churn does not end"
-    return evicted
-
-
 @pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
 def test_no_record_of_an_ended_run_outlives_the_next_cycle(reference: bool) -> None:
     engine = QuotaEngine(
         build_config(20, preemption=True), clock=TickClock(), reference_preemption=reference
     )
-    assert _churn(engine, queues=20, count=1500, seed=5) > 20
-    assert not engine.admitted
+    # bench/admission.py's churn, small: arrivals each cycle, every admitted run ending
+    # after 1-8 cycles, until all have ended.
+    played = Churn(build_workloads(1500, 20, random.Random(5)), 20).cycles(engine)
+    assert sum(len(cycle.preempted) for cycle, _ in itertools.islice(played, 1000)) > 20
+    assert not engine.admitted and next(engine.pending(), None) is None
     engine.schedule_once()  # the next cycle: nothing is left to admit
     # The kept search results are swept only when their store has doubled (a busy
     # gateway's is thousands); here the sweep is asked for.
