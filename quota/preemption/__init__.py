@@ -39,7 +39,7 @@ class Preemptor:
         self.fair_sharing = fair_sharing
         self.reference = reference
         self._index = CandidateIndex(state)
-        self._fair = FairIndex(state)  # holds nothing that usage changes: never refreshed
+        self._fair = FairIndex(state)  # holds nothing that usage changes: only swept
         self._frozen = False
         # While frozen: the targets found for each request, by the preemptor (kept so
         # its id is not reused), its queue, usage and flavor-resources. Nomination asks
@@ -66,6 +66,7 @@ class Preemptor:
         if len(self._kept) >= self._sweep_at:
             self._sweep_kept()
         self._index.refresh()
+        self._fair.sweep()
         self._found.clear()
         self._frozen = True
 

@@ -46,6 +46,7 @@ from quota.model import BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinClu
 from quota.preemption.common import (
     PreemptionReason,
     PreemptionRequest,
+    Rankings,
     Target,
     fill_back,
     is_within_nominal,
@@ -109,7 +110,7 @@ class CandidateIndex:
             tuple[list[CohortNode], list[ClusterQueueNode]],
         ] = {}
         # (queue, flavor-resources) -> what :meth:`candidates` keeps
-        self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Entry] = {}
+        self._ranked: Rankings[_Entry] = Rankings()
         self._reclaimable: dict[tuple[int, FlavorResource], int] = {}
         self._reclaimable_above: dict[tuple[int, FlavorResource], int] = {}
         # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
@@ -120,14 +121,7 @@ class CandidateIndex:
         self._over_children.clear()
         self._reclaimable.clear()
         self._reclaimable_above.clear()
-        # A stale ranking is never read again, but it holds its workloads' records:
-        # in a busy tree, thousands of ended runs.
-        queues = self.state.queues
-        self._ranked = {
-            key: entry
-            for key, entry in self._ranked.items()
-            if entry.version == queues[key[0]].admitted_version
-        }
+        self._ranked.sweep(self.state.queues)
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""
@@ -162,11 +156,10 @@ class CandidateIndex:
 
     def candidates(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> _Entry:
         """The queue's workloads using any of ``frs``, in victim order."""
-        key = (queue.name, frs)
-        entry = self._ranked.get(key)
-        if entry is None or entry.version != queue.admitted_version:
+        entry = self._ranked.get(queue, frs)
+        if entry is None:
             ranked = [item for item in queue.victims if any(fr in item[1].usage for fr in frs)]
-            entry = self._ranked[key] = _Entry(queue.admitted_version, ranked, frs)
+            entry = self._ranked.put(queue, frs, _Entry(ranked, frs))
         return entry
 
     def reclaimable(self, node: ResourceNode, fr: FlavorResource) -> int:
@@ -211,14 +204,13 @@ class CandidateIndex:
 
 
 class _Entry:
-    """A queue's workloads using any of some flavor-resources, in victim order, as of
-    one ``admitted_version``; with running totals and maxima of their usage, for
-    :func:`_most_freed`."""
+    """A queue's workloads using any of some flavor-resources, in victim order (kept in
+    :class:`Rankings` while they stand); with running totals and maxima of their usage,
+    for :func:`_most_freed`."""
 
-    __slots__ = ("largest", "priorities", "ranked", "sums", "version")
+    __slots__ = ("largest", "priorities", "ranked", "sums")
 
-    def __init__(self, version: int, ranked: list[Victim], frs: frozenset[FlavorResource]):
-        self.version = version
+    def __init__(self, ranked: list[Victim], frs: frozenset[FlavorResource]):
         self.ranked = ranked
         self.priorities = [k[0] for k, _ in ranked]
         self.sums: dict[FlavorResource, list[int]] = {}
@@ -521,7 +513,7 @@ def _stream(
     else:
         ranked = entry.ranked[: bisect.bisect_left(entry.priorities, preemptor.priority + 1)]
         ranked = [item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)]
-        entry, stop = _Entry(entry.version, ranked, frs), len(ranked)
+        entry, stop = _Entry(ranked, frs), len(ranked)
     return _Stream(queue, lca, advantage, entry, stop) if stop else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Generic, TypeVar
 
 from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
 from quota.model import Workload
@@ -14,6 +15,7 @@ from quota.tree import ResourceNode, queue_available
 __all__ = [
     "PreemptionReason",
     "PreemptionRequest",
+    "Rankings",
     "Target",
     "fill_back",
     "is_within_nominal",
@@ -22,6 +24,40 @@ __all__ = [
     "simulate_removal",
     "workload_fits",
 ]
+
+
+R = TypeVar("R")
+
+
+class Rankings(Generic[R]):
+    """What the searches build from a queue's admitted workloads (its victims using some
+    flavor-resources, in order), kept per queue and flavor-resources for as long as the
+    queue's ``admitted_version`` stands. A queue's rankings go stale together; stale
+    ones are never read, but they hold the records of the workloads they ranked, so
+    :meth:`sweep` drops them (a step per queue ranked)."""
+
+    def __init__(self) -> None:
+        self._by_queue: dict[str, tuple[int, dict[frozenset[FlavorResource], R]]] = {}
+
+    def get(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource]) -> R | None:
+        kept = self._by_queue.get(queue.name)
+        if kept is None or kept[0] != queue.admitted_version:
+            return None
+        return kept[1].get(frs)
+
+    def put(self, queue: ClusterQueueNode, frs: frozenset[FlavorResource], ranking: R) -> R:
+        kept = self._by_queue.get(queue.name)
+        if kept is None or kept[0] != queue.admitted_version:
+            kept = self._by_queue[queue.name] = (queue.admitted_version, {})
+        kept[1][frs] = ranking
+        return ranking
+
+    def sweep(self, queues: Mapping[str, ClusterQueueNode]) -> None:
+        self._by_queue = {
+            name: kept
+            for name, kept in self._by_queue.items()
+            if kept[0] == queues[name].admitted_version
+        }
 
 
 class PreemptionReason(StrEnum):

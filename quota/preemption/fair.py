@@ -44,6 +44,7 @@ from quota.model import ReclaimWithinCohort, WithinClusterQueue, Workload
 from quota.preemption.common import (
     PreemptionReason,
     PreemptionRequest,
+    Rankings,
     Target,
     fill_back,
     restore,
@@ -206,9 +207,9 @@ class _Pair:
         )
 
 
-# (the queue's admitted_version, workloads using a contested flavor-resource in victim
-# order, their priorities)
-_Ranked = tuple[int, list[AdmittedWorkload], list[int]]
+# (workloads using a contested flavor-resource in victim order, their priorities), kept
+# in :class:`Rankings` while they stand
+_Ranked = tuple[list[AdmittedWorkload], list[int]]
 
 
 class FairIndex:
@@ -216,13 +217,13 @@ class FairIndex:
     either derived from quotas (fixed once the tree is built) or checked against the
     queue's ``admitted_version`` (which :meth:`ClusterState.without` puts back only
     with the same workloads; no search runs inside it); usage is always read live,
-    so nothing here needs refreshing between cycles."""
+    so nothing here needs refreshing between cycles, only sweeping (:meth:`sweep`)."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._shares: dict[int, _NodeShare] = {}
         self._pairs: dict[tuple[int, int], _Pair] = {}
-        self._ranked: dict[tuple[str, frozenset[FlavorResource]], _Ranked] = {}
+        self._ranked: Rankings[_Ranked] = Rankings()
         self._members: dict[int, list[ClusterQueueNode]] = {}
         self._nominals: dict[tuple[int, FlavorResource], list[tuple[ClusterQueueNode, int]]] = {}
 
@@ -274,24 +275,23 @@ class FairIndex:
         ``needs`` (for ``Any``, without putting them in victim order)."""
         if rule == "Any":
             return any(not needs.isdisjoint(r.usage) for r in queue.admitted.values())
-        _, records, priorities = self.ranked(queue, needs)
+        records, priorities = self.ranked(queue, needs)
         return bool(_eligible(preemptor, records, priorities, rule))
 
     def ranked(self, queue: ClusterQueueNode, needs: frozenset[FlavorResource]) -> _Ranked:
-        key = (queue.name, needs)
-        entry = self._ranked.get(key)
-        if entry is None or entry[0] != queue.admitted_version:
+        entry = self._ranked.get(queue, needs)
+        if entry is None:
             if len(needs) == 1:  # the usual case: a key lookup, not a set operation
                 (fr,) = needs
                 records = [r for _, r in queue.victims if fr in r.usage]
             else:
                 records = [r for _, r in queue.victims if not needs.isdisjoint(r.usage)]
-            entry = self._ranked[key] = (
-                queue.admitted_version,
-                records,
-                [r.priority for r in records],
-            )
+            entry = self._ranked.put(queue, needs, (records, [r.priority for r in records]))
         return entry
+
+    def sweep(self) -> None:
+        """Drop what went stale (see :class:`Rankings`); nothing else here does."""
+        self._ranked.sweep(self.state.queues)
 
 
 def fair_targets(
@@ -353,7 +353,7 @@ def _candidates(state: ClusterState, index: FairIndex, request: PreemptionReques
     found: Candidates = {}
 
     def add(member: ClusterQueueNode, rule: str) -> None:
-        _, records, priorities = index.ranked(member, needs)
+        records, priorities = index.ranked(member, needs)
         eligible = _eligible(workload, records, priorities, rule)
         if eligible:
             found[member.name] = eligible

@@ -1,13 +1,15 @@
 """An engine lives as long as its gateway: what it keeps between cycles must not keep
-the runs that ended. The preemption searches keep rankings of each queue's workloads
-and whole search results across cycles; once stale, those would hold the records
-(workload, admission, usage) of runs long over, thousands in a busy tree."""
+the runs that ended. The preemption searches (classical and fair sharing) keep rankings
+of each queue's workloads and whole search results across cycles; once stale, those
+would hold the records (workload, admission, usage) of runs long over, thousands in a
+busy tree."""
 
 from __future__ import annotations
 
 import gc
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -22,11 +24,11 @@ def _records_alive() -> set[str]:
     return {o.name for o in gc.get_objects() if isinstance(o, AdmittedWorkload)}
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["classical", "fair-sharing"])
 @pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
-def test_no_record_of_an_ended_run_outlives_the_next_cycle(reference: bool) -> None:
-    engine = QuotaEngine(
-        build_config(20, preemption=True), clock=TickClock(), reference_preemption=reference
-    )
+def test_no_record_of_an_ended_run_outlives_the_next_cycle(reference: bool, fair: bool) -> None:
+    config = replace(build_config(20, preemption=True), fair_sharing=fair)
+    engine = QuotaEngine(config, clock=TickClock(), reference_preemption=reference)
     # bench/admission.py's churn, small: arrivals each cycle, every admitted run ending
     # after 1-8 cycles, until all have ended.
     played = Churn(build_workloads(1500, 20, random.Random(5)), 20).cycles(engine)
