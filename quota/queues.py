@@ -70,9 +70,10 @@ class _Class:
     gets a new entry each time quota is released; holding the workload, each one
     lived long enough to be promoted, and their numbers brought full collections."""
 
-    __slots__ = ("entered", "entry", "heap", "live")
+    __slots__ = ("entered", "entry", "heap", "key", "live")
 
-    def __init__(self) -> None:
+    def __init__(self, key: Hashable) -> None:
+        self.key = key  # the one its members' ``PendingQueue.keys`` share
         self.heap: list[_Entry] = []
         self.live: dict[str, int] = {}  # member -> the number of its entry
         self.entry: int | None = None
@@ -127,12 +128,10 @@ class PendingQueue:
     known: dict[str, Workload] = field(default_factory=dict)
     keys: dict[str, Hashable] = field(default_factory=dict)
     # Why a class set aside with its head waits: the class's members then share the
-    # head's reason, kept once for the class (a class can hold thousands) with the
-    # set-aside's number. Each waiting member's number when it joined its class says
+    # head's reason, kept once for the class (a class can hold thousands) with a number
+    # drawn then. A waiting member's entry number, drawn when it joined its class, says
     # whether it was there (see :meth:`reason`).
     shared_reasons: dict[Hashable, tuple[int, PendingReason]] = field(default_factory=dict)
-    joined: dict[str, int] = field(default_factory=dict)
-    set_asides: int = 0
     # The last workload handed out and its key: it is requeued (set aside, or back to
     # the front) within the cycle, and the key need not be computed again.
     popped: Workload | None = None
@@ -143,6 +142,9 @@ class PendingQueue:
         if self.known.get(name) is workload:
             return self.keys[name]
         key = self.popped_key if self.popped is workload else equivalence_key(workload)
+        group = self.classes.get(key)
+        if group is not None:
+            key = group.key  # one tuple for all the members of a class, not one each
         self.known[name] = workload
         self.keys[name] = key
         return key
@@ -155,11 +157,10 @@ class PendingQueue:
     def _insert(self, workload: Workload, key: Hashable) -> None:
         group = self.classes.get(key)
         if group is None:
-            group = self.classes[key] = _Class()
+            group = self.classes[key] = _Class(key)
         name = workload.name
         number = next(self.numbers)
         group.live[name] = number
-        self.joined[name] = self.set_asides
         entry = (-workload.priority, workload.order_time, name, number)
         heapq.heappush(group.heap, entry)
         if key in self.blocked:
@@ -218,7 +219,6 @@ class PendingQueue:
             del group.live[name]
             workload = self.known.pop(name)
             self.popped, self.popped_key = workload, self.keys.pop(name)
-            del self.joined[name]
             after = group.head()
             if after is not None:
                 self._enter(key, group, after)
@@ -234,7 +234,6 @@ class PendingQueue:
         key = self.keys.pop(name)
         if self.inadmissible.pop(name, None) is not None:
             return True
-        del self.joined[name]
         group = self.classes[key]
         del group.live[name]
         if not group.live:
@@ -263,20 +262,23 @@ class PendingQueue:
             return False
         self.blocked.add(key)
         if reason is not None:
-            self.set_asides += 1
-            self.shared_reasons[key] = (self.set_asides, reason)
+            self.shared_reasons[key] = (next(self.numbers), reason)
         return True
 
     def reason(self, name: str) -> PendingReason | None:
         """The reason a waiting workload shares with its class: that of the last head
         set aside with it, if it has waited in the class since. (Handed out since, it
         has a reason of its own; come back since, it joined after.)"""
-        joined = self.joined.get(name)
-        if joined is None:
+        key = self.keys.get(name)
+        if key is None:
             return None
-        shared = self.shared_reasons.get(self.keys[name])
-        if shared is None or shared[0] <= joined:
+        shared = self.shared_reasons.get(key)
+        if shared is None:
             return None
+        group = self.classes.get(key)
+        joined = group.live.get(name) if group is not None else None
+        if joined is None or joined > shared[0]:
+            return None  # set aside alone, or joined after
         return shared[1]
 
     def requeue_inadmissible(self) -> bool:

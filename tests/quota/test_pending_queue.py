@@ -219,3 +219,21 @@ def test_a_workload_that_joins_a_set_aside_class_ahead_of_it_comes_back_first() 
         later,
         None,
     ]
+
+
+def test_workloads_alike_share_their_class_key() -> None:
+    """A queue of thousands alike keeps one equivalence key for them, not one each
+    (a tuple of about ten items per waiting workload), also for one that comes back
+    after it was handed out."""
+    queue = PendingQueue("q", QueueingStrategy.BEST_EFFORT_FIFO)
+    alike = [_workload(n, 1, 2) for n in range(5)]
+    different = _workload(9, 1, 3)
+    for workload in (*alike, different):
+        queue.push(workload)
+    keys = {id(queue.keys[w.name]) for w in alike}
+    assert len(keys) == 1
+    assert queue.keys[different.name] != queue.keys[alike[0].name]
+    head = queue.pop()
+    assert head is alike[0]
+    queue.push(head)
+    assert queue.keys[head.name] is queue.keys[alike[1].name]
