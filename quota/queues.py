@@ -142,9 +142,6 @@ class PendingQueue:
         if self.known.get(name) is workload:
             return self.keys[name]
         key = self.popped_key if self.popped is workload else equivalence_key(workload)
-        group = self.classes.get(key)
-        if group is not None:
-            key = group.key  # one tuple for all the members of a class, not one each
         self.known[name] = workload
         self.keys[name] = key
         return key
@@ -155,10 +152,12 @@ class PendingQueue:
         self._insert(workload, self._key(workload))
 
     def _insert(self, workload: Workload, key: Hashable) -> None:
+        name = workload.name
         group = self.classes.get(key)
         if group is None:
             group = self.classes[key] = _Class(key)
-        name = workload.name
+        elif group.key is not key:
+            self.keys[name] = key = group.key  # one tuple for a class's members, not one each
         number = next(self.numbers)
         group.live[name] = number
         entry = (-workload.priority, workload.order_time, name, number)
