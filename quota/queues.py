@@ -260,7 +260,10 @@ class PendingQueue:
         if not with_equivalents or not self.equivalence or key in self.blocked:
             return False
         self.blocked.add(key)
-        if reason is not None:
+        # Only members waiting now share it (one joining later has not waited for it),
+        # and :meth:`_drop_class` forgets it with the class: kept with no class, a
+        # reason would stay for as long as the queue, one per shape ever set aside.
+        if reason is not None and key in self.classes:
             self.shared_reasons[key] = (next(self.numbers), reason)
         return True
 

@@ -237,3 +237,22 @@ def test_workloads_alike_share_their_class_key() -> None:
     assert head is alike[0]
     queue.push(head)
     assert queue.keys[head.name] is queue.keys[alike[1].name]
+
+
+def test_a_queue_keeps_nothing_of_workloads_gone() -> None:
+    """A tenant sending workloads of a new shape each time (a class each) leaves no
+    class, key or shared reason behind once they are gone, handed out or removed."""
+    queue = PendingQueue("q", QueueingStrategy.BEST_EFFORT_FIFO)
+    shapes = [_workload(n, n % 3, n + 1) for n in range(30)]
+    for workload in shapes:
+        queue.push(workload)
+    head = queue.pop()
+    assert head is not None
+    full = PendingReason(ReasonCode.INSUFFICIENT_QUOTA, "no room")
+    queue.set_aside(head, with_equivalents=True, reason=full)
+    for workload in shapes[::2]:
+        queue.remove(workload.name)
+    while queue.pop() is not None:
+        pass
+    queue.remove(head.name)
+    assert (queue.classes, queue.keys, queue.known, queue.shared_reasons) == ({}, {}, {}, {})
