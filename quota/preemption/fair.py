@@ -22,7 +22,9 @@ so a share is a few integer operations on the node's usage and a comparison of
 two shares is one of two tuples (:data:`Key`). A share after a candidate's
 eviction is computed from what the eviction would take off the node (the
 arithmetic of :func:`quota.tree.remove_usage`, without changing the tree), once
-per distinct usage in each visit of a queue.
+per distinct usage in each visit of a queue. A node's current share is kept on its
+:class:`_NodeShare` until usage changes (an eviction simulated, or the search's
+charge of the preemptor put back), and an ordering lists each cohort's children once.
 
 And a search in which nothing can ever be evicted ends at once (most searches of
 a busy cohort are such): when the preemptor borrows and has no candidate of its
@@ -66,14 +68,41 @@ _ZERO: Key = (False, 0.0)
 _NEGATIVE: Key = (False, -1.0)  # NEGATIVE_DRS
 
 
+# The comparisons of two keys written out: compiled, they read two fields where the
+# tuple operators box both keys and go through the generic comparison.
+def _above(a: Key, b: Key) -> bool:
+    """``a > b``."""
+    return a[0] > b[0] or (a[0] == b[0] and a[1] > b[1])
+
+
+def _same(a: Key, b: Key) -> bool:
+    return a[0] == b[0] and a[1] == b[1]
+
+
 class _NodeShare:
     """What a node's dominant resource share is computed from, besides its usage:
     fixed once the tree's quotas are set (``subtree`` tells if they were set again)."""
 
-    __slots__ = ("frs", "items", "lendable", "node", "root", "single", "subtree", "weight")
+    __slots__ = (
+        "at",
+        "borrows",
+        "epoch",
+        "frs",
+        "items",
+        "lendable",
+        "node",
+        "root",
+        "single",
+        "subtree",
+        "weight",
+    )
 
     def __init__(self, node: ResourceNode) -> None:
         self.node = node
+        # The share as usage stood in ``epoch`` (see current).
+        self.epoch = -1
+        self.at: Key = _ZERO
+        self.borrows = False
         self.subtree = node.subtree_quota
         self.weight = node.weight
         parent = node.parent
@@ -101,6 +130,15 @@ class _NodeShare:
         if len(self.items) == 1:
             fr, resource, quota = self.items[0]
             self.single = (fr, quota, self.lendable.get(resource, 0))
+
+    def current(self, epoch: int) -> Key:
+        """The node's share as its usage stands, computed once per ``epoch`` (a number
+        from :meth:`FairIndex.next_epoch` that the caller drops when usage changes);
+        ``borrows`` is set with it."""
+        if self.epoch != epoch:
+            self.at, self.borrows = self.key(self.node.usage)
+            self.epoch = epoch
+        return self.at
 
     def key(self, usage: Mapping[FlavorResource, int]) -> tuple[Key, bool]:
         """The share of a node with ``usage``, and whether it borrows
@@ -222,10 +260,16 @@ class FairIndex:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._shares: dict[int, _NodeShare] = {}
-        self._pairs: dict[tuple[int, int], _Pair] = {}
+        self._pairs: dict[str, dict[str, _Pair]] = {}  # by preemptor's queue, target queue
         self._ranked: Rankings[_Ranked] = Rankings()
         self._members: dict[int, list[ClusterQueueNode]] = {}
         self._nominals: dict[tuple[int, FlavorResource], list[tuple[ClusterQueueNode, int]]] = {}
+        self._epochs = 0
+
+    def next_epoch(self) -> int:
+        """A number no share cached so far was computed in (see :meth:`_NodeShare.current`)."""
+        self._epochs += 1
+        return self._epochs
 
     def share(self, node: ResourceNode) -> _NodeShare:
         found = self._shares.get(id(node))
@@ -237,13 +281,15 @@ class FairIndex:
         return self.share(node).key(node.usage)
 
     def pair(self, preemptor: ClusterQueueNode, target: ClusterQueueNode) -> _Pair:
-        found = self._pairs.get((id(preemptor), id(target)))
+        pairs = self._pairs.get(preemptor.name)
+        if pairs is None:
+            pairs = self._pairs[preemptor.name] = {}
+        found = pairs.get(target.name)
         if found is None or not found.fresh():
             mine, theirs = _almost_lcas(preemptor, target)
             path = path_to_root(target)
             below = tuple(path[: path.index(theirs)])
-            found = _Pair(self.share(mine), self.share(theirs), below)
-            self._pairs[(id(preemptor), id(target))] = found
+            found = pairs[target.name] = _Pair(self.share(mine), self.share(theirs), below)
         return found
 
     def members(self, root: ResourceNode) -> list[ClusterQueueNode]:
@@ -302,12 +348,19 @@ def fair_targets(
     one search to the next (a fresh one is made otherwise)."""
     if index is None:
         index = FairIndex(state)
-    if _nothing_to_evict(state, index, request):
+    queue = request.queue
+    # Read before anything is charged, by both steps below.
+    others = (
+        _borrowing_others(state, index, queue, request.needs_preemption)
+        if queue.parent is not None
+        and queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+        else []
+    )
+    if _nothing_to_evict(state, index, request, others):
         return []
-    candidates = _candidates(state, index, request)
+    candidates = _candidates(index, request, others)
     if not candidates:
         return []
-    queue = request.queue
     targets: list[Target] = []
     fits = False
 
@@ -344,9 +397,12 @@ def _order(record: AdmittedWorkload, preemptor_queue: str) -> tuple[bool, int, f
 Candidates = dict[str, list[AdmittedWorkload]]
 
 
-def _candidates(state: ClusterState, index: FairIndex, request: PreemptionRequest) -> Candidates:
-    """Each queue's candidates in victim order (only queues that have some). Only the
-    order within a queue matters: the search groups them by queue, and compares
+def _candidates(
+    index: FairIndex, request: PreemptionRequest, others: list[ClusterQueueNode]
+) -> Candidates:
+    """Each queue's candidates in victim order (only queues that have some), of its
+    own and of ``others`` (:func:`_borrowing_others`, where the policy reclaims). Only
+    the order within a queue matters: the search groups them by queue, and compares
     queues by their first candidates."""
     queue, needs, workload = request.queue, request.needs_preemption, request.workload
     policy = queue.spec.preemption
@@ -360,9 +416,8 @@ def _candidates(state: ClusterState, index: FairIndex, request: PreemptionReques
 
     if policy.within_cluster_queue is not WithinClusterQueue.NEVER:
         add(queue, policy.within_cluster_queue)
-    if queue.parent is not None and policy.reclaim_within_cohort is not ReclaimWithinCohort.NEVER:
-        for other in _borrowing_others(state, index, queue, needs):
-            add(other, policy.reclaim_within_cohort)
+    for other in others:
+        add(other, policy.reclaim_within_cohort)
     return found
 
 
@@ -404,7 +459,12 @@ def _eligible(
     return [r for r in records if satisfies_policy(preemptor, r.workload, rule)]
 
 
-def _nothing_to_evict(state: ClusterState, index: FairIndex, request: PreemptionRequest) -> bool:
+def _nothing_to_evict(
+    state: ClusterState,
+    index: FairIndex,
+    request: PreemptionRequest,
+    others: list[ClusterQueueNode],
+) -> bool:
     """Would the search surely evict nothing? Decided before the candidates are
     listed (which sorts a queue's workloads whenever they changed); False when
     unsure, and the search decides.
@@ -426,25 +486,19 @@ def _nothing_to_evict(state: ClusterState, index: FairIndex, request: Preemption
     ):
         return False
     rule = policy.reclaim_within_cohort
-    if rule is ReclaimWithinCohort.NEVER:
-        return True
-    others = _borrowing_others(state, index, queue, needs)
-    if not others:
+    if not others:  # none over nominal, or the policy never reclaims
         return True
     state.charge(queue, dict(request.usage))
     try:
         if not any(queue.is_borrowing(fr) for fr in needs):
             return False
-        mine_keys: dict[int, Key] = {}  # in a flat cohort, one side for every queue
+        epoch = index.next_epoch()  # in a flat cohort, one side for every queue
         for other in others:
             pair = index.pair(queue, other)
-            mine = mine_keys.get(id(pair.mine))
-            if mine is None:
-                mine = mine_keys[id(pair.mine)] = pair.mine.key(pair.mine.node.usage)[0]
             passes = (
                 pair.mine.weight < 0
                 or pair.theirs.weight < 0
-                or mine <= pair.theirs.key(pair.theirs.node.usage)[0]
+                or not _above(pair.mine.current(epoch), pair.theirs.current(epoch))
             )
             if passes and index.has_eligible(other, needs, workload, rule):
                 return False
@@ -466,9 +520,10 @@ def _first_pass(
     queue = request.queue
     ordering = _TargetOrdering(state, index, queue, candidates)
     retry: Candidates = {}
-    for target_queue in ordering.iter_targets():
+    for target in ordering.iter_targets():
+        target_queue, pending = target.queue, target.pending
         if target_queue is queue or within_nominal:
-            record = ordering.pop(target_queue)
+            record = pending.popleft()
             simulate_removal(state, record)
             ordering.changed()
             reason = (
@@ -479,17 +534,17 @@ def _first_pass(
             if on_target(Target(record, reason)):
                 return retry, True
             continue
-        pair = index.pair(queue, target_queue)
-        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
+        pair = ordering.pair(target)
+        preemptor_share, target_old = ordering.key(pair.mine), ordering.key(pair.theirs)
         if preemptor_share[0] and not target_old[0]:  # only the preemptor borrows at weight 0
-            retry.setdefault(target_queue.name, []).extend(ordering.pop_all(target_queue))
+            retry.setdefault(target_queue.name, []).extend(pending)
+            pending.clear()
             continue
         # Nothing changes while this queue's candidates are tried: the test depends
         # only on what a candidate holds of the flavor-resources its side's share reads.
         theirs, path, frs = pair.theirs, pair.path, pair.theirs.frs
         single = frs[0] if len(frs) == 1 else None
         passes: dict[object, bool] = {}
-        pending = ordering.targets[target_queue.name]
         left = retry.setdefault(target_queue.name, [])
         taken = None
         while pending:
@@ -503,7 +558,7 @@ def _first_pass(
             passed = passes.get(held)
             if passed is None:
                 # compare_drs(preemptor, target_new) <= 0
-                passed = passes[held] = preemptor_share <= theirs.key_without(path, usage)
+                passed = passes[held] = not _above(preemptor_share, theirs.key_without(path, usage))
             if passed:
                 taken = record
                 break
@@ -526,16 +581,16 @@ def _second_pass(
 ) -> bool:
     queue = request.queue
     ordering = _TargetOrdering(state, index, queue, retry)
-    for target_queue in ordering.iter_targets():
-        pair = index.pair(queue, target_queue)
-        preemptor_share, target_old = ordering.key(pair.mine)[0], ordering.key(pair.theirs)[0]
-        record = ordering.pop(target_queue)
-        if preemptor_share < target_old:  # compare_drs(preemptor, target_old) < 0
+    for target in ordering.iter_targets():
+        pair = ordering.pair(target)
+        preemptor_share, target_old = ordering.key(pair.mine), ordering.key(pair.theirs)
+        record = target.pending.popleft()
+        if _above(target_old, preemptor_share):  # compare_drs(preemptor, target_old) < 0
             simulate_removal(state, record)
             ordering.changed()
             if on_target(Target(record, PreemptionReason.IN_COHORT_FAIR_SHARING)):
                 return True
-        ordering.pop_all(target_queue)  # at most one candidate per queue in this pass
+        target.pending.clear()  # at most one candidate per queue in this pass
     return False
 
 
@@ -553,8 +608,39 @@ def _almost_lcas(
     raise AssertionError("queues of one preemption share no cohort")
 
 
+class _Target:
+    """A queue with candidates, as one ordering visits it: those left in victim
+    order, its share's terms, and (once asked) its pair with the preemptor's queue."""
+
+    __slots__ = ("pair", "pending", "queue", "share")
+
+    def __init__(
+        self, queue: ClusterQueueNode, share: _NodeShare, records: list[AdmittedWorkload]
+    ) -> None:
+        self.queue = queue
+        self.share = share
+        self.pending = deque(records)
+        self.pair: _Pair | None = None
+
+
+class _Level:
+    """A cohort's children as one ordering visits them, by name: the child cohorts
+    not pruned, and the child queues with candidates not pruned."""
+
+    __slots__ = ("cohorts", "queues")
+
+    def __init__(self, cohorts: list[tuple[CohortNode, _NodeShare]], queues: list[_Target]) -> None:
+        self.cohorts = cohorts
+        self.queues = queues
+
+
 class _TargetOrdering:
-    """Yields the queue to take the next victim from: the most unfair subtree first."""
+    """Yields the queue to take the next victim from: the most unfair subtree first.
+
+    Within one search a queue once pruned stays pruned, and a queue's candidates only
+    ever shrink, so each cohort's children are listed once per ordering (``levels``)
+    and pruned queues leave the list. Shares are cached on their :class:`_NodeShare`
+    for the current epoch, which an eviction ends (:meth:`changed`)."""
 
     def __init__(
         self,
@@ -566,41 +652,35 @@ class _TargetOrdering:
         self.state = state
         self.index = index
         self.preemptor = preemptor
-        self.targets: dict[str, deque[AdmittedWorkload]] = {
-            name: deque(records) for name, records in candidates.items()
+        self.targets: dict[str, _Target] = {
+            name: _Target(state.queues[name], index.share(state.queues[name]), records)
+            for name, records in candidates.items()
         }
         self.ancestors = {id(node) for node in path_to_root(preemptor)[1:]}
-        self.pruned_queues: set[str] = set()
         self.pruned_cohorts: set[str] = set()
-        # Shares by node, as usage stands: kept until an eviction (see changed).
-        self.keys: dict[int, tuple[Key, bool]] = {}
+        self.levels: dict[int, _Level] = {}
+        self.epoch = index.next_epoch()
 
-    def key(self, share: _NodeShare) -> tuple[Key, bool]:
-        found = self.keys.get(id(share.node))
-        if found is None:
-            found = self.keys[id(share.node)] = share.key(share.node.usage)
-        return found
+    def key(self, share: _NodeShare) -> Key:
+        """The node's share as usage stands (``share.borrows`` too)."""
+        return share.current(self.epoch)
 
     def changed(self) -> None:
         """Usage changed (an eviction was simulated): shares are read afresh."""
-        self.keys.clear()
+        self.epoch = self.index.next_epoch()
 
-    def has(self, queue: ClusterQueueNode) -> bool:
-        return bool(self.targets.get(queue.name))
+    def pair(self, target: _Target) -> _Pair:
+        pair = target.pair
+        if pair is None:
+            pair = target.pair = self.index.pair(self.preemptor, target.queue)
+        return pair
 
-    def pop(self, queue: ClusterQueueNode) -> AdmittedWorkload:
-        return self.targets[queue.name].popleft()
-
-    def pop_all(self, queue: ClusterQueueNode) -> list[AdmittedWorkload]:
-        records = list(self.targets.get(queue.name, ()))
-        self.targets[queue.name] = deque()
-        return records
-
-    def iter_targets(self) -> Iterator[ClusterQueueNode]:
-        """The caller pops at least one workload of each yielded queue (or drops it)."""
+    def iter_targets(self) -> Iterator[_Target]:
+        """The caller pops at least one candidate of each yielded queue (or drops them)."""
         if self.preemptor.parent is None:
-            while self.has(self.preemptor):
-                yield self.preemptor
+            own = self.targets.get(self.preemptor.name)
+            while own is not None and own.pending:
+                yield own
             return
         root = self.state.root_of(self.preemptor)
         assert isinstance(root, CohortNode)
@@ -609,41 +689,55 @@ class _TargetOrdering:
             if target is not None:
                 yield target
 
-    def _next(self, cohort: CohortNode) -> ClusterQueueNode | None:
-        index = self.index
-        cohorts, queues = cohort.by_name()
-        best_queue: ClusterQueueNode | None = None
+    def _level(self, cohort: CohortNode) -> _Level:
+        level = self.levels.get(id(cohort))
+        if level is None:
+            cohorts, queues = cohort.by_name()
+            index, targets = self.index, self.targets
+            level = self.levels[id(cohort)] = _Level(
+                [(child, index.share(child)) for child in cohorts],
+                [target for q in queues if (target := targets.get(q.name)) is not None],
+            )
+        return level
+
+    def _next(self, cohort: CohortNode) -> _Target | None:
+        level = self._level(cohort)
+        preemptor = self.preemptor
+        best_queue: _Target | None = None
         best_queue_share = _NEGATIVE
-        for queue in queues:
-            if queue.name in self.pruned_queues:
+        pruned = False
+        for target in level.queues:
+            share = self.key(target.share)
+            if (not target.share.borrows and target.queue is not preemptor) or not target.pending:
+                pruned = True
                 continue
-            share, borrowing = self.key(index.share(queue))
-            if (not borrowing and queue is not self.preemptor) or not self.has(queue):
-                self.pruned_queues.add(queue.name)
-                continue
-            if share > best_queue_share or (
-                share == best_queue_share
+            if _above(share, best_queue_share) or (
+                _same(share, best_queue_share)
                 and best_queue is not None
-                and self._first_sorts_first(queue, best_queue)
+                and self._first_sorts_first(target, best_queue)
             ):
-                best_queue, best_queue_share = queue, share
+                best_queue, best_queue_share = target, share
+        if pruned:
+            level.queues = [
+                t for t in level.queues if t.pending and (t.share.borrows or t.queue is preemptor)
+            ]
         best_cohort: CohortNode | None = None
         best_cohort_share = _NEGATIVE
-        for child in cohorts:
+        for child, child_share in level.cohorts:
             if child.name in self.pruned_cohorts:
                 continue
-            share, borrowing = self.key(index.share(child))
-            if not borrowing and id(child) not in self.ancestors:
+            share = self.key(child_share)
+            if not child_share.borrows and id(child) not in self.ancestors:
                 self.pruned_cohorts.add(child.name)
-            elif share >= best_cohort_share:
+            elif not _above(best_cohort_share, share):
                 best_cohort, best_cohort_share = child, share
         if best_cohort is None and best_queue is None:
             self.pruned_cohorts.add(cohort.name)
             return None
-        if best_cohort is not None and best_cohort_share >= best_queue_share:
+        if best_cohort is not None and not _above(best_queue_share, best_cohort_share):
             return self._next(best_cohort)
         return best_queue
 
-    def _first_sorts_first(self, queue: ClusterQueueNode, other: ClusterQueueNode) -> bool:
+    def _first_sorts_first(self, target: _Target, other: _Target) -> bool:
         name = self.preemptor.name
-        return _order(self.targets[queue.name][0], name) < _order(self.targets[other.name][0], name)
+        return _order(target.pending[0], name) < _order(other.pending[0], name)
