@@ -70,10 +70,16 @@ class _Tournament:
 
     def _record_shares(self, state: ClusterState, queue: ClusterQueueNode, entry: Entry) -> None:
         usage = entry.assignment.usage
+        name = entry.workload.name
+        self.requested[name] = usage
+        parent = queue.parent
+        if parent is not None and parent.parent is None:
+            # Only the queue's own share is read, and charging would add exactly the
+            # usage to the queue's own: the tree need not be charged and refunded.
+            self.shares[(parent.name, name)] = dominant_resource_share(queue, usage)
+            return
         state.charge(queue, usage)
         try:
-            self.requested[entry.workload.name] = usage
-            name = entry.workload.name
             share = dominant_resource_share(queue)
             node = queue.parent
             while node is not None:

@@ -10,6 +10,7 @@ Kueue's operation order, so equal shares compare equal.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from quota.budgets import is_budget
@@ -72,7 +73,11 @@ def compare_drs(a: DRS, b: DRS) -> int:
     return (wa > wb) - (wa < wb)
 
 
-def dominant_resource_share(node: ResourceNode) -> DRS:
+def dominant_resource_share(
+    node: ResourceNode, added: Mapping[FlavorResource, int] | None = None
+) -> DRS:
+    """The node's share, or what it would be were ``added`` charged to it (its own
+    usage grows by exactly that; what it could borrow depends on quotas alone)."""
     weight = node.weight
     parent = node.parent
     if parent is None:
@@ -83,6 +88,8 @@ def dominant_resource_share(node: ResourceNode) -> DRS:
         if is_budget(fr.resource):
             continue  # budgets are not shares of the pool
         over = node.usage.get(fr, 0) - quota
+        if added is not None:
+            over += added.get(fr, 0)
         if over > 0:
             borrowed[fr.resource] = borrowed.get(fr.resource, 0) + over
             borrowed_frs.append(fr)
