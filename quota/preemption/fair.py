@@ -476,7 +476,9 @@ def _nothing_to_evict(
     share is at most its current one, amounts being non-negative, which the engine
     makes sure of, and weights too; a side of negative weight counts as passing).
     Before the first eviction shares are as now; if no side with candidates passes
-    now, none ever does, so a queue's candidates are only counted, never ordered."""
+    now, none ever does, so a queue's candidates are only counted, never ordered.
+    ``others``: the queues over nominal that the policy reclaims from
+    (:func:`_borrowing_others`)."""
     queue, needs, workload = request.queue, request.needs_preemption, request.workload
     if queue.parent is None:
         return False
@@ -652,10 +654,10 @@ class _TargetOrdering:
         self.state = state
         self.index = index
         self.preemptor = preemptor
-        self.targets: dict[str, _Target] = {
-            name: _Target(state.queues[name], index.share(state.queues[name]), records)
-            for name, records in candidates.items()
-        }
+        self.targets: dict[str, _Target] = {}
+        for name, records in candidates.items():
+            queue = state.queues[name]
+            self.targets[name] = _Target(queue, index.share(queue), records)
         self.ancestors = {id(node) for node in path_to_root(preemptor)[1:]}
         self.pruned_cohorts: set[str] = set()
         self.levels: dict[int, _Level] = {}
@@ -702,13 +704,12 @@ class _TargetOrdering:
 
     def _next(self, cohort: CohortNode) -> _Target | None:
         level = self._level(cohort)
-        preemptor = self.preemptor
         best_queue: _Target | None = None
         best_queue_share = _NEGATIVE
         pruned = False
         for target in level.queues:
             share = self.key(target.share)
-            if (not target.share.borrows and target.queue is not preemptor) or not target.pending:
+            if self._pruned(target):
                 pruned = True
                 continue
             if _above(share, best_queue_share) or (
@@ -718,9 +719,7 @@ class _TargetOrdering:
             ):
                 best_queue, best_queue_share = target, share
         if pruned:
-            level.queues = [
-                t for t in level.queues if t.pending and (t.share.borrows or t.queue is preemptor)
-            ]
+            level.queues = [t for t in level.queues if not self._pruned(t)]
         best_cohort: CohortNode | None = None
         best_cohort_share = _NEGATIVE
         for child, child_share in level.cohorts:
@@ -737,6 +736,13 @@ class _TargetOrdering:
         if best_cohort is not None and not _above(best_queue_share, best_cohort_share):
             return self._next(best_cohort)
         return best_queue
+
+    def _pruned(self, target: _Target) -> bool:
+        """Out of this ordering for good: no candidates left, or (not the preemptor's)
+        not borrowing. Read after :meth:`key` of its share in this epoch."""
+        return not target.pending or (
+            not target.share.borrows and target.queue is not self.preemptor
+        )
 
     def _first_sorts_first(self, target: _Target, other: _Target) -> bool:
         name = self.preemptor.name
