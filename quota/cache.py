@@ -8,7 +8,7 @@ or releasing a workload touches only the nodes on its queue's path to the root.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter, itemgetter
@@ -78,8 +78,8 @@ def victim_order(record: AdmittedWorkload) -> VictimKey:
 class CohortNode(ResourceNode):
     __slots__ = ("_by_name", "child_cohorts", "child_queues", "height", "spec")
 
-    def __init__(self, spec: CohortSpec) -> None:
-        super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
+    def __init__(self, spec: CohortSpec, keys: dict[FlavorResource, FlavorResource]) -> None:
+        super().__init__(spec.name, _quotas(spec.resource_groups, keys), float(spec.fair_weight))
         self.spec = spec
         self.child_cohorts: list[CohortNode] = []
         self.child_queues: list[ClusterQueueNode] = []
@@ -121,8 +121,8 @@ class ClusterQueueNode(ResourceNode):
         "victims",
     )
 
-    def __init__(self, spec: ClusterQueueSpec) -> None:
-        super().__init__(spec.name, _quotas(spec.resource_groups), float(spec.fair_weight))
+    def __init__(self, spec: ClusterQueueSpec, keys: dict[FlavorResource, FlavorResource]) -> None:
+        super().__init__(spec.name, _quotas(spec.resource_groups, keys), float(spec.fair_weight))
         self.spec = spec
         self.budgets = budgets_of(spec)  # metered resource -> budget resource
         self.budget_resources = frozenset(self.budgets.values())
@@ -183,18 +183,24 @@ class ClusterState:
     charged: dict[str, dict[FlavorResource, int]] = field(default_factory=dict)
     # The names of the queues in each tree (by id of its root); the shape is fixed.
     _tree_queues: dict[int, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    # One key object per flavor-resource for every node's quotas (and so for what the
+    # flavor assigner charges): a dict finds an identical key without comparing
+    # tuples, and usage is looked up along every path to the root all the time.
+    _keys: dict[FlavorResource, FlavorResource] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @classmethod
     def build(cls, config: QuotaConfig) -> ClusterState:
         state = cls(config)
         for spec in config.cohorts:
-            state.cohorts[spec.name] = CohortNode(spec)
+            state.cohorts[spec.name] = CohortNode(spec, state._keys)
         # A cohort named only as a parent or by a queue exists implicitly, with no quota.
         for spec in config.cohorts:
             if spec.parent is not None:
                 state._link_cohort(state.cohorts[spec.name], state._cohort(spec.parent))
         for qspec in config.cluster_queues:
-            queue = ClusterQueueNode(qspec)
+            queue = ClusterQueueNode(qspec, state._keys)
             state.queues[qspec.name] = queue
             if qspec.cohort is not None:
                 cohort = state._cohort(qspec.cohort)
@@ -208,7 +214,7 @@ class ClusterState:
 
     def _cohort(self, name: str) -> CohortNode:
         if name not in self.cohorts:
-            self.cohorts[name] = CohortNode(CohortSpec(name=name))
+            self.cohorts[name] = CohortNode(CohortSpec(name=name), self._keys)
         return self.cohorts[name]
 
     @staticmethod
@@ -396,14 +402,42 @@ class ClusterState:
         self.refund(queue, record.usage)
         return queue
 
-    def ended(self, records: Iterable[AdmittedWorkload]) -> _Ended:
-        """A context in which ``records`` ended now: no quota held, their real use of
-        each budget charged; then put back."""
-        return _Ended(self, list(records))
+    def freed(
+        self,
+        records: Iterable[AdmittedWorkload],
+        frs: Collection[FlavorResource],
+        *,
+        ended: bool = False,
+    ) -> _Freed:
+        """A context in which ``records`` hold none of ``frs`` (and, if ``ended``, have
+        their real use of each budget among ``frs`` charged); then put back.
 
-    def without(self, records: Iterable[AdmittedWorkload]) -> _Without:
-        """A context in which ``records`` hold no quota; then put back."""
-        return _Without(self, list(records))
+        Only usage changes (no admitted maps, no versions: nothing a search keeps goes
+        stale), and only of ``frs``, by one sum per queue. A sum leaves every node as
+        detaching one record at a time would: what a node stores in its parent is a
+        function of its own usage, so the changes telescope."""
+        charged = [fr for fr in frs if is_budget(fr.resource)] if ended else []
+        sums: dict[str, dict[FlavorResource, int]] = {}
+        for record in records:
+            mine = sums.setdefault(record.admission.cluster_queue, {})
+            usage = record.usage
+            for fr in frs:
+                amount = usage.get(fr, 0)
+                if amount:
+                    mine[fr] = mine.get(fr, 0) - amount
+            if charged:
+                spent = self.run_use(record)
+                for fr in charged:
+                    mine[fr] = mine.get(fr, 0) + spent.get(fr, 0)
+        queues = self.queues
+        return _Freed(
+            [
+                (queues[name], fr, amount)
+                for name, mine in sums.items()
+                for fr, amount in mine.items()
+                if amount
+            ]
+        )
 
     @staticmethod
     def charge(queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
@@ -416,60 +450,41 @@ class ClusterState:
             remove_usage(queue, fr, amount)
 
 
-# Context managers written as classes, not with @contextmanager: the scheduler's fit
-# checks and simulations enter them all the time, and contextlib's are interpreted
+# A context manager written as a class, not with @contextmanager: the scheduler's fit
+# checks and simulations enter it all the time, and contextlib's are interpreted
 # Python even when the engine is compiled.
 
 
-class _Without:
-    """:meth:`ClusterState.without`."""
+class _Freed:
+    """:meth:`ClusterState.freed`: each change applied in turn, undone in reverse."""
 
-    __slots__ = ("gone", "state", "versions")
+    __slots__ = ("changes",)
 
-    def __init__(self, state: ClusterState, gone: list[AdmittedWorkload]) -> None:
-        self.state = state
-        self.gone = gone
-        self.versions: dict[str, int] = {}
+    def __init__(self, changes: list[tuple[ClusterQueueNode, FlavorResource, int]]) -> None:
+        self.changes = changes
 
     def __enter__(self) -> None:
-        queues = self.state.queues
-        for record in self.gone:
-            name = record.admission.cluster_queue
-            self.versions.setdefault(name, queues[name].admitted_version)
-        for record in self.gone:
-            self.state.detach(record)
+        for queue, fr, amount in self.changes:
+            if amount > 0:
+                add_usage(queue, fr, amount)
+            else:
+                remove_usage(queue, fr, -amount)
 
     def __exit__(self, *exc: object) -> None:
-        for record in reversed(self.gone):
-            self.state.attach(record)
-        queues = self.state.queues
-        for name, version in self.versions.items():
-            queues[name].admitted_version = version  # the same workloads again
+        for queue, fr, amount in reversed(self.changes):
+            if amount > 0:
+                remove_usage(queue, fr, amount)
+            else:
+                add_usage(queue, fr, -amount)
 
 
-class _Ended:
-    """:meth:`ClusterState.ended`."""
-
-    __slots__ = ("charged", "state", "without")
-
-    def __init__(self, state: ClusterState, gone: list[AdmittedWorkload]) -> None:
-        self.state = state
-        self.charged = [(state.queues[r.admission.cluster_queue], state.run_use(r)) for r in gone]
-        self.without = _Without(state, gone)
-
-    def __enter__(self) -> None:
-        self.without.__enter__()
-        for queue, spent in self.charged:
-            self.state.charge(queue, spent)
-
-    def __exit__(self, *exc: object) -> None:
-        for queue, spent in self.charged:
-            self.state.refund(queue, spent)
-        self.without.__exit__()
-
-
-def _quotas(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, ResourceQuota]:
-    return {fr: scale_quota(fr.resource, quota) for fr, quota in iter_quotas(groups)}
+def _quotas(
+    groups: tuple[ResourceGroup, ...], keys: dict[FlavorResource, FlavorResource]
+) -> dict[FlavorResource, ResourceQuota]:
+    quotas = {}
+    for fr, quota in iter_quotas(groups):
+        quotas[keys.setdefault(fr, fr)] = scale_quota(fr.resource, quota)
+    return quotas
 
 
 def _set_subtree_quotas(cohort: CohortNode) -> None:

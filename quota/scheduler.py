@@ -253,7 +253,7 @@ class Scheduler:
             targets = self.preemptor.targets(request)
             if not targets:
                 return Mode.NO_CANDIDATES, find_borrow_level(queue, fr, amount)[0]
-            with self.state.without(t.record for t in targets):
+            with self.state.freed((t.record for t in targets), (fr,)):
                 borrow = find_borrow_level(queue, fr, amount)[0]
             own = any(t.record.admission.cluster_queue == queue.name for t in targets)
             return (Mode.PREEMPT if own else Mode.RECLAIM), borrow
@@ -385,7 +385,7 @@ class _Cycle:
             return True
         gone = {name: record for name, (record, _) in self.preempted.items()}
         gone |= {t.name: t.record for t in targets}
-        with self.state.ended(gone.values()):
+        with self.state.freed(gone.values(), usage.keys(), ended=True):
             return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
 
 

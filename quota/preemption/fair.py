@@ -253,8 +253,8 @@ _Ranked = tuple[list[AdmittedWorkload], list[int]]
 class FairIndex:
     """What fair-sharing searches read that outlives one search. Everything kept is
     either derived from quotas (fixed once the tree is built) or checked against the
-    queue's ``admitted_version`` (which :meth:`ClusterState.without` puts back only
-    with the same workloads; no search runs inside it); usage is always read live,
+    queue's ``admitted_version`` (simulations, :meth:`ClusterState.freed`, change usage
+    alone, and no search runs inside one); usage is always read live,
     so nothing here needs refreshing between cycles, only sweeping (:meth:`sweep`)."""
 
     def __init__(self, state: ClusterState) -> None:

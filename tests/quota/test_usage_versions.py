@@ -72,7 +72,7 @@ def test_a_simulated_removal_moves_nothing() -> None:
     record = _record("w1", "a", "h100")
     state.admit(record)
     before = _versions(state)
-    with state.without([record]):
+    with state.freed([record], (H100, A100)):
         pass
     assert _versions(state) == before
 

@@ -80,6 +80,7 @@ def test_each_queue_keeps_its_admitted_workloads_in_victim_order(
                     state.release(f"w{number:02d}")
             case ("without", numbers):
                 gone = {f"w{n:02d}" for n in numbers} & set(state.admitted)
-                with state.without(state.admitted[name] for name in sorted(gone)):
+                frs = [FlavorResource("h100", GPU)]
+                with state.freed((state.admitted[name] for name in sorted(gone)), frs):
                     pass
         check()
