@@ -172,7 +172,7 @@ class ClusterState:
     # Per tree (by id of its root) and flavor-resource, the tick of the last admission
     # or release that held it; a new budget period moves every one (``_floor``). What
     # a preemption search for room in one flavor-resource reads stands while it does.
-    _versions: dict[tuple[int, FlavorResource], int] = field(
+    _versions: dict[int, dict[FlavorResource, int]] = field(
         default_factory=dict, repr=False, compare=False
     )
     _ticks: int = field(default=0, repr=False, compare=False)
@@ -257,15 +257,19 @@ class ClusterState:
         """Moves whenever a workload using ``fr`` is admitted or released in the
         queue's tree, or a budget period begins: while it stands, so do the usage of
         ``fr`` in the tree and the workloads there that use it."""
-        version = self._versions.get((id(lineage(queue)[0]), fr), 0)
+        tree = self._versions.get(id(lineage(queue)[0]))
+        version = 0 if tree is None else tree.get(fr, 0)
         return version if version > self._floor else self._floor
 
     def _moved(self, queue: ClusterQueueNode, record: AdmittedWorkload) -> None:
         root = id(lineage(queue)[0])
         self.generations[root] = self.generations.get(root, 0) + 1
-        self._ticks += 1
+        self._ticks = ticks = self._ticks + 1
+        tree = self._versions.get(root)
+        if tree is None:
+            tree = self._versions[root] = {}
         for fr in record.usage:
-            self._versions[(root, fr)] = self._ticks
+            tree[fr] = ticks
 
     def admit(self, record: AdmittedWorkload) -> None:
         queue = self.attach(record)

@@ -403,13 +403,16 @@ def find_borrow_level(queue: ClusterQueueNode, fr: FlavorResource, amount: int) 
     quota = queue.quotas.get(fr)
     if used + amount <= (0 if quota is None else quota.nominal):
         return 0, True
-    free = queue.guaranteed.get(fr, 0) - used  # local_available, inlined: called a lot
+    # local_available, inlined (called a lot); an empty dict still hashes the key
+    guaranteed = queue.guaranteed
+    free = guaranteed.get(fr, 0) - used if guaranteed else -used
     remaining = amount - free if free > 0 else amount
     while True:
         used = node.usage.get(fr, 0)
         if used + remaining <= node.subtree_quota.get(fr, 0):
             return node.height, node.parent is not None
-        free = node.guaranteed.get(fr, 0) - used
+        guaranteed = node.guaranteed
+        free = guaranteed.get(fr, 0) - used if guaranteed else -used
         if free > 0:
             remaining -= free
         above = node.cohort

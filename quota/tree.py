@@ -177,11 +177,14 @@ def potential_available(node: ResourceNode, fr: FlavorResource) -> int:
 def add_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
     """Add usage; what exceeds the node's free guaranteed part is charged to the parent."""
     while True:
-        used = node.usage.get(fr, 0)
-        free_local = node.guaranteed.get(fr, 0) - used
+        usage, guaranteed = node.usage, node.guaranteed
+        used = usage.get(fr, 0)
+        # Most nodes keep nothing back (no lending limit), and asking an empty dict
+        # still hashes the key, a tuple: skipped here and below, on every admission.
+        free_local = guaranteed.get(fr, 0) - used if guaranteed else -used
         if free_local < 0:
             free_local = 0
-        node.usage[fr] = used + amount
+        usage[fr] = used + amount
         parent = node.parent
         if parent is None or amount <= free_local:
             return
@@ -192,9 +195,10 @@ def add_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
 def remove_usage(node: ResourceNode, fr: FlavorResource, amount: int) -> None:
     """Undo :func:`add_usage`: release from the parent what was stored there."""
     while True:
-        used = node.usage.get(fr, 0)
-        stored_in_parent = used - node.guaranteed.get(fr, 0)
-        node.usage[fr] = used - amount
+        usage, guaranteed = node.usage, node.guaranteed
+        used = usage.get(fr, 0)
+        stored_in_parent = used - guaranteed.get(fr, 0) if guaranteed else used
+        usage[fr] = used - amount
         parent = node.parent
         if parent is None or stored_in_parent <= 0:
             return
