@@ -57,6 +57,20 @@ class AdmittedWorkload:
     # When its run began on the budget clock (what its GPU-hours are counted from).
     started: datetime | None = None
 
+    def __init__(  # written out: see quota/__init__.py, "Hot classes"
+        self,
+        workload: Workload,
+        admission: Admission,
+        usage: dict[FlavorResource, int],
+        admitted_at: float,
+        started: datetime | None = None,
+    ) -> None:
+        self.workload = workload
+        self.admission = admission
+        self.usage = usage
+        self.admitted_at = admitted_at
+        self.started = started
+
     @property
     def name(self) -> str:
         return self.workload.name
