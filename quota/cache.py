@@ -146,8 +146,8 @@ class ClusterQueueNode(ResourceNode):
         for fr in self.quotas:
             self.flavor_resources.setdefault(fr.flavor, {})[fr.resource] = fr
         self.admitted: dict[str, AdmittedWorkload] = {}
-        # Bumped whenever ``admitted`` changes (and put back by ``ClusterState.without``),
-        # so what is derived from it can be kept until it does.
+        # Bumped whenever ``admitted`` changes (simulations, ``ClusterState.freed``,
+        # leave it be), so what is derived from it can be kept until it does.
         self.admitted_version = 0
         # ``admitted`` in :func:`victim_order`, kept as workloads are admitted and
         # released (not by ``attach``/``detach``: a simulation puts back what it takes),
