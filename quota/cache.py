@@ -434,7 +434,7 @@ class ClusterState:
         stale), and only of ``frs``, by one sum per queue. A sum leaves every node as
         detaching one record at a time would: what a node stores in its parent is a
         function of its own usage, so the changes telescope."""
-        charged = [fr for fr in frs if is_budget(fr.resource)] if ended else []
+        budgets = [fr for fr in frs if is_budget(fr.resource)] if ended else []
         sums: dict[str, dict[FlavorResource, int]] = {}
         for record in records:
             mine = sums.setdefault(record.admission.cluster_queue, {})
@@ -443,9 +443,9 @@ class ClusterState:
                 amount = usage.get(fr, 0)
                 if amount:
                     mine[fr] = mine.get(fr, 0) - amount
-            if charged:
+            if budgets:
                 spent = self.run_use(record)
-                for fr in charged:
+                for fr in budgets:
                     mine[fr] = mine.get(fr, 0) + spent.get(fr, 0)
         queues = self.queues
         return _Freed(

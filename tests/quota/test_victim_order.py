@@ -51,7 +51,7 @@ operations = st.lists(
             st.sampled_from([0.0, 1.0, 1.0, 2.5]),
         ),
         st.tuples(st.just("release"), st.integers(0, 29)),
-        st.tuples(st.just("without"), st.lists(st.integers(0, 29), max_size=4)),
+        st.tuples(st.just("freed"), st.lists(st.integers(0, 29), max_size=4)),
     ),
     max_size=80,
 )
@@ -78,7 +78,7 @@ def test_each_queue_keeps_its_admitted_workloads_in_victim_order(
             case ("release", number):
                 if f"w{number:02d}" in state.admitted:
                     state.release(f"w{number:02d}")
-            case ("without", numbers):
+            case ("freed", numbers):
                 gone = {f"w{n:02d}" for n in numbers} & set(state.admitted)
                 frs = [FlavorResource("h100", GPU)]
                 with state.freed((state.admitted[name] for name in sorted(gone)), frs):
