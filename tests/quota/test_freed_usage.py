@@ -116,3 +116,25 @@ def test_freed_as_ended_charges_what_the_runs_used_as_release_does() -> None:
     assert inside["team-a", gpus] == inside["team-b", gpus] == 0
     assert 0 < inside["research", budget] < before["research", budget]
     assert _usage(freed.state, [budget, gpus]) == before
+
+
+def test_made_up_resources_leave_no_key_behind() -> None:
+    """A hostile tenant naming a new resource in every workload: none is admitted,
+    and the shared keys and every node's usage stay those of the quotas."""
+    e = engine([queue("team-a", {"nominal": 100}, cohort="research", gpus=16)], ["research"])
+    keys = dict(e.state._keys)
+    for i in range(50):
+        e.add(
+            Workload(
+                f"x{i}",
+                "team-a",
+                (PodSet("main", 1, {GPU: 1000, f"example.com/made-up-{i}": 1000}),),
+                max_runtime=Fraction(HOUR),
+            )
+        )
+    e.schedule()
+    assert not e.admitted
+    assert e.state._keys == keys
+    configured = set(keys)
+    for node in [*e.state.queues.values(), *e.state.cohorts.values()]:
+        assert set(node.usage) <= configured
