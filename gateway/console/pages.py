@@ -38,7 +38,7 @@ from gateway.console.html import (
     usage_bar,
 )
 from gateway.console.sessions import Session, SessionStore
-from gateway.console.stream import Relay
+from gateway.console.stream import Relay, notice
 from gateway.console.tenant_forms import create_tenant_form, delete_tenant_form
 from gateway.console.throttle import SignInThrottle, buckets_for
 from gateway.services import Services
@@ -414,16 +414,24 @@ class ConsoleController(Controller):
     async def events(
         self, request: Request[Any, Any, Any], last_event_id: LastEventId = None
     ) -> Response[Any]:
-        """The API's event stream, relayed with the session's key (204 when the API has
-        none to give, which tells EventSource to stop asking)."""
+        """The API's event stream, relayed with the session's key. Where this gateway
+        serves none, 204, which tells EventSource to stop asking; where the API refuses
+        one (too many open, the live state away), a stream of one ``unavailable`` event
+        saying why, for the page to show (:func:`gateway.console.stream.notice`)."""
         session = await self._session(request, page=False)
         if session is None:
             return _html(message("error", "Signed out."), 401)
         assert session.actor is not None
         relay = Relay(request.app, session.actor, last_event_id=last_event_id)
         status = await relay.start()
-        if status != 200:
+        if status == 404:
             return Response(b"", status_code=204)
+        if relay.refusal is not None:
+            return Response(
+                notice(relay.refusal),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         return Stream(relay.chunks(), media_type="text/event-stream")
 
     @get("/cohorts")

@@ -11,23 +11,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from litestar.types import ASGIApp
 
 from gateway.auth.actor import ACTOR_SCOPE_KEY, SessionActor
 
-__all__ = ["EVENTS_PATH", "Relay"]
+__all__ = ["EVENTS_PATH", "Refusal", "Relay", "notice"]
 
 EVENTS_PATH = "/api/v1/admin/events"
 _STOP_SECONDS = 5.0
+_REFUSAL_BYTES = 4096  # the most of a refusal's body read (the API's errors are short)
+# Refusals that pass (a limit reached, the live state or the database away): the page
+# asks again after the API's Retry-After, or a minute, within these bounds.
+_PASSING = frozenset({429, 500, 502, 503, 504})
+_RETRY_SECONDS = (5, 60, 600)  # least, without a Retry-After, most
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the API gave no stream: its status, its error's code and message, and its
+    ``Retry-After`` in seconds (``None`` when it gave none)."""
+
+    status: int
+    error: str
+    message: str
+    retry_after: int | None
 
 
 class Relay:
     """One relayed stream: :meth:`start` returns the API's status; when it is 200,
     :meth:`chunks` yields the body as it comes, and stops the API's side when the
-    browser goes (its iterator closed)."""
+    browser goes (its iterator closed); when not, :attr:`refusal` says why."""
 
     def __init__(
         self,
@@ -64,19 +82,48 @@ class Relay:
         self._gone = asyncio.Event()
         self._requested = False
         self._task: asyncio.Task[None] | None = None
+        self.refusal: Refusal | None = None
 
     async def start(self) -> int:
-        """Call the API and wait for its answer's status."""
+        """Call the API and wait for its answer's status. Other than 200, the API's
+        reason is kept in :attr:`refusal`."""
         self._task = asyncio.create_task(self._run())
         while True:
             message = await self._queue.get()
             if message is None:
-                return 502  # it ended without answering
+                self.refusal = Refusal(502, "unavailable", "the stream ended unanswered", None)
+                return 502
             if message["type"] == "http.response.start":
                 status: int = message["status"]
                 if status != 200:
+                    self.refusal = await self._refusal(status, message.get("headers", []))
                     await self.close()
                 return status
+
+    async def _refusal(self, status: int, headers: list[tuple[bytes, bytes]]) -> Refusal:
+        body = b""
+        while len(body) < _REFUSAL_BYTES:
+            message = await self._queue.get()
+            if message is None or message["type"] != "http.response.body":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        try:
+            answer = json.loads(body[:_REFUSAL_BYTES])
+        except ValueError:
+            answer = None
+        # The API's errors: {"error": {"code", "message", "type"}} (gateway.errors).
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if not isinstance(error, dict):
+            error = {}
+        retry = dict(headers).get(b"retry-after", b"")
+        return Refusal(
+            status,
+            str(error.get("code") or "unavailable"),
+            str(error.get("message") or f"the event stream answered {status}"),
+            int(retry) if retry.isdigit() else None,
+        )
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
@@ -124,3 +171,23 @@ class Relay:
         if self._gone.is_set():
             return  # nobody reads any more
         await self._queue.put(message)
+
+
+def notice(refusal: Refusal) -> bytes:
+    """A refusal as an event stream for the page: one ``unavailable`` event (status,
+    error, message, and whether the page will ask again) and, if it will, ``retry:``
+    for when. EventSource asks again when a stream ends; the page's script stops it
+    after a refusal that will not pass (see ``static/console.js``)."""
+    again = refusal.status in _PASSING
+    data = json.dumps(
+        {
+            "status": refusal.status,
+            "error": refusal.error,
+            "message": refusal.message,
+            "retry": again,
+        }
+    )
+    least, usual, most = _RETRY_SECONDS
+    seconds = min(max(refusal.retry_after or usual, least), most)
+    retry = f"retry: {seconds * 1000}\n\n" if again else ""
+    return f"{retry}event: unavailable\ndata: {data}\n\n".encode()
