@@ -46,7 +46,7 @@ jobs) fails the workload at once ("BackendRefused") rather than running it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,7 @@ __all__ = ["DispatchResult", "Dispatcher", "job_limits", "job_pods"]
 log = logging.getLogger(__name__)
 
 _LIMITED = ("memory", "cpu")
+PASS_BATCH = 500  # rows a dispatch pass reads at a time
 GPU = "nvidia.com/gpu"
 LOCAL = "local"
 UNAVAILABLE = "BackendUnavailable"
@@ -107,9 +108,13 @@ class Dispatcher:
         *,
         observe: Observability | None = None,
         max_lost_runs: int = 5,
+        batch: int = PASS_BATCH,
     ) -> None:
         if max_lost_runs < 1:
             raise ValueError(f"max_lost_runs must be at least 1, not {max_lost_runs}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, not {batch}")
+        self.batch = batch
         self.database = database
         self.backends = backends
         self.observe = observe or Observability()
@@ -139,38 +144,47 @@ class Dispatcher:
         for each in list(self.backends.values()):
             if isinstance(each, PassScoped):
                 each.begin_pass()  # what it learned in the last pass is stale now
+        after: str | None = None
+        while True:
+            rows = await self._batch(after)
+            for row in rows:
+                await self._pass_one(row, result)
+            if len(rows) < self.batch:
+                return result
+            after = rows[-1].id
+
+    async def _batch(self, after: str | None) -> Sequence[WorkloadRow]:
+        """The next ``batch`` rows a pass looks at, by id after ``after``: a pass holds
+        one batch at a time, not every running workload of the platform (each with its
+        spec). A row that changes meanwhile is seen as it is when its batch is read."""
+        query = select(WorkloadRow).where(
+            or_(
+                col(WorkloadRow.state).in_(("admitted", "running")),
+                and_(col(WorkloadRow.state) == "pending", col(WorkloadRow.job_id).is_not(None)),
+            )
+        )
+        if after is not None:
+            query = query.where(col(WorkloadRow.id) > after)
         async with self.database.session() as session:
-            rows = (
-                await session.exec(
-                    select(WorkloadRow).where(
-                        or_(
-                            col(WorkloadRow.state).in_(("admitted", "running")),
-                            and_(
-                                col(WorkloadRow.state) == "pending",
-                                col(WorkloadRow.job_id).is_not(None),
-                            ),
-                        )
-                    )
-                )
-            ).all()
-        for row in rows:
-            name = self.backend_of(row)
-            backend = self.backends.get(name)
-            if backend is None:
-                message = (
-                    f"no backend {name!r} is configured"
-                    if name
-                    else "its flavors name different backends; a gang runs on one"
-                )
-                await self._end(row, "failed", "UnknownBackend", message)
-                result.finished.append(row.id)
-            elif row.state == "pending" or row.cancel_requested:
-                await self._stop(row, backend, result)
-            elif row.state == "admitted":
-                await self._start(row, backend, result)
-            else:
-                await self._follow(row, backend, result)
-        return result
+            return (await session.exec(query.order_by(col(WorkloadRow.id)).limit(self.batch))).all()
+
+    async def _pass_one(self, row: WorkloadRow, result: DispatchResult) -> None:
+        name = self.backend_of(row)
+        backend = self.backends.get(name)
+        if backend is None:
+            message = (
+                f"no backend {name!r} is configured"
+                if name
+                else "its flavors name different backends; a gang runs on one"
+            )
+            await self._end(row, "failed", "UnknownBackend", message)
+            result.finished.append(row.id)
+        elif row.state == "pending" or row.cancel_requested:
+            await self._stop(row, backend, result)
+        elif row.state == "admitted":
+            await self._start(row, backend, result)
+        else:
+            await self._follow(row, backend, result)
 
     async def _start(self, row: WorkloadRow, backend: Backend, result: DispatchResult) -> None:
         job_id = f"{row.id}-{row.attempt}"

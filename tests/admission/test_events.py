@@ -296,3 +296,29 @@ def test_max_lost_runs_defaults_to_five_and_reads_the_environment() -> None:
     for bad in ("0", "-1", "two"):
         with pytest.raises(ValueError, match="IGNARA_MAX_LOST_RUNS must be a positive whole"):
             Settings.from_env({"IGNARA_MAX_LOST_RUNS": bad})
+
+
+async def test_a_pass_reads_its_rows_a_batch_at_a_time_and_misses_none(
+    forgetful: tuple[AdmissionRuntime, Forgetful], database: Database
+) -> None:
+    """A dispatch pass holds one batch of rows at a time (``PASS_BATCH``, not every
+    running workload of the platform); the rows past the first batch go in the same
+    pass."""
+    runtime, backend = forgetful
+    runtime.dispatcher.batch = 1
+    ids = [await submit(database, f"train-{i}") for i in range(3)]
+    await runtime.step()  # two admitted (the queue's 2 GPUs), both started in this pass
+    assert len(backend.submitted) == 2
+    states = [(await state(database, wid)).state for wid in ids]
+    assert sorted(states) == ["pending", "running", "running"]
+    for job_id in backend.submitted:
+        backend.jobs[job_id] = JobState.SUCCEEDED
+    await runtime.step()  # both seen finished in one pass, their quota freed
+    await runtime.step()  # the third admitted and started
+    assert [(await state(database, wid)).state for wid in ids].count("succeeded") == 2
+    assert len(backend.submitted) == 3
+
+
+def test_a_batch_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        Dispatcher(Database("sqlite:///:memory:"), {}, batch=0)
