@@ -827,9 +827,9 @@ def _usage(report: dict[str, Any], month: str, group_by: str, *, form_too: bool 
             f'<label for="group_by">group by</label><select id="group_by" name="group_by">'
             f'{options}</select><button type="submit">Show</button></form>'
         )
-    return f'{picker}<section class="cards">{total}</section>{charts}' + table(
-        headers, rows, test_id="usage"
-    )
+    # No totals (nothing used that month): no empty card above the table's "none".
+    cards = f'<section class="cards">{total}</section>' if totals.get("amounts") else ""
+    return f"{picker}{cards}{charts}" + table(headers, rows, test_id="usage")
 
 
 def _decimal(text: Any) -> Decimal:

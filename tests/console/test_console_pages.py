@@ -415,3 +415,13 @@ def test_a_console_address_with_a_parameter_out_of_shape_gets_a_page_not_json(
     assert api.status_code in (400, 422) and api.headers["content-type"].startswith(
         "application/json"
     )
+
+
+def test_a_month_with_no_usage_shows_no_empty_totals(client: TestClient[Any]) -> None:
+    """Nothing used yet: the usage page and the dashboard's month say "none" in the
+    table, with no empty card of totals above it."""
+    sign_in(client, ADMIN_KEY)
+    for path in ("/console/usage?month=2026-01", "/console/dashboard"):
+        page = client.get(path).text
+        assert 'data-testid="usage"' in page and ">none<" in page, path
+        assert "<dl></dl>" not in page, path
