@@ -28,6 +28,7 @@ from gateway.inference.catalog import Catalog, build_registry
 from gateway.inference.estimates import InputCorrections
 from gateway.inference.service import InferenceService
 from gateway.ledgers import LedgerUnavailableError, create_ledger
+from gateway.newest_ids import NewestIds
 from gateway.observability import Observability
 from gateway.observability.policy import TimedPolicy
 from gateway.outages import Outages, database_unavailable
@@ -112,6 +113,9 @@ class Services:
     observe: Observability = field(default_factory=Observability)
     # The event streams open now, and how many may be (gateway.stream_slots).
     stream_slots: StreamSlots = field(default_factory=lambda: stream_slots(ServerSettings()))
+    # The newest event and audit ids, read once for all of this process's event streams
+    # (gateway.newest_ids); None: each stream polls on its own.
+    newest_ids: NewestIds | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -201,6 +205,7 @@ class Services:
             live=LiveBoard(database, charged=charged_hours),
             observe=observe,
             stream_slots=stream_slots(settings.server),
+            newest_ids=NewestIds(database),
         )
 
     async def reload_config(self) -> None:

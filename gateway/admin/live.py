@@ -12,7 +12,8 @@ The queues and cohorts come from :class:`gateway.admission.state.LiveBoard` (the
 admission leader's last pass, or a snapshot at most two seconds old), never from a scan
 per request. The stream polls the workload timeline (``workload_events``) and the audit
 log by id, so an event's ``id:`` (``<workload event id>-<audit id>``) resumes it exactly
-through ``Last-Event-ID``.
+through ``Last-Event-ID``. An idle stream reads no rows: it waits for the process's
+shared reader of the newest ids (:mod:`gateway.newest_ids`) to pass its own.
 """
 
 from __future__ import annotations
@@ -32,16 +33,15 @@ from litestar import Controller, Request, get
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, Parameter
 from litestar.response import Stream
-from sqlalchemy import func
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from gateway.admission.state import CohortState, Level, LiveBoard, LiveSummary, Oldest, amount
 from gateway.auth import ANY_TENANT, Identity
 from gateway.authorization import authorize
 from gateway.errors import ApiError
 from gateway.http_protocol import CLOSING
+from gateway.newest_ids import POLL_SECONDS, NewestIds, newest_ids
 from gateway.openapi import errors
 from gateway.policy.data import CONFIG_KINDS
 from gateway.services import Services
@@ -59,7 +59,6 @@ Cursor = Annotated[
 Limit = Annotated[int, Parameter(ge=1, le=500)]
 _EVENT_ID = re.compile(r"^(\d{1,18})-(\d{1,18})$")
 
-POLL_SECONDS = 0.5
 BATCH = 200  # rows read per poll and kind: what one connection holds at most
 RETRY_AFTER_SECONDS = 30  # a 429 for one stream too many: when to try again
 GAP_WAIT = 2.0  # how long a missing id holds later ones back (its transaction may commit)
@@ -238,7 +237,7 @@ class LiveController(Controller):
             start = _parse_event_id(last_event_id)
         else:
             async with services.database.session() as session:
-                start = await _newest(session)
+                start = await newest_ids(session)
         board = _board(services)
         holder = viewer or ANY_TENANT  # a tenant's streams, or the platform admins'
         slot = services.stream_slots.take(holder)
@@ -253,7 +252,9 @@ class LiveController(Controller):
             )
         closing = asyncio.Event()
         cast(dict[str, Any], request.scope)[CLOSING] = closing
-        feed = EventFeed(services.database, board, viewer, closing, heartbeat)
+        feed = EventFeed(
+            services.database, board, viewer, closing, heartbeat, newest=services.newest_ids
+        )
         stream = feed.run(start, slot)
         # A stream never iterated (the client gone before its first byte) never runs its
         # ``finally``: the slot is given back when the generator is collected.
@@ -299,12 +300,6 @@ def _parse_event_id(value: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-async def _newest(session: AsyncSession) -> tuple[int, int]:
-    events = (await session.exec(select(func.max(WorkloadEventRow.id)))).one()
-    audit = (await session.exec(select(func.max(AuditEntry.id)))).one()
-    return int(events or 0), int(audit or 0)
-
-
 class _Sequence:
     """The ids of one table, read in order. Ids are taken when a row is written but seen
     when its transaction commits, so a missing id may yet appear: it holds the ids after
@@ -332,13 +327,15 @@ class _Sequence:
 class EventFeed:
     """One connection's stream: it reads at most ``BATCH`` rows of each kind per poll
     and sends them before reading more, so a slow client holds back only its own feed
-    (and never more than one batch)."""
+    (and never more than one batch). With ``newest`` (the process's shared reader of
+    the newest ids), it reads rows only once those ids have passed its own."""
 
     database: Database
     board: LiveBoard
     viewer: str | None
     closing: asyncio.Event
     heartbeat: float
+    newest: NewestIds | None = None
 
     async def run(self, start: tuple[int, int], slot: Slot | None = None) -> AsyncIterator[str]:
         """The stream's messages until the client goes; ``slot``: its place among the open
@@ -354,9 +351,13 @@ class EventFeed:
         events, audit = _Sequence(start[0]), _Sequence(start[1])
         yield f"retry: {RETRY_MS}\n\n"
         beat = time.monotonic()
+        more = True  # the first poll: at once
         while not self.closing.is_set():
             try:
-                messages, more = await self._poll(events, audit)
+                if more or await self._news(events, audit):
+                    messages, more = await self._poll(events, audit)
+                else:
+                    messages = []
             except (SQLAlchemyError, OSError):
                 yield ": the database is out of reach; reconnect to resume\n\n"
                 return
@@ -369,6 +370,15 @@ class EventFeed:
                 beat = time.monotonic()
             if not more:  # catching up (a resume from long ago): read on at once
                 await _pause(self.closing, POLL_SECONDS)
+
+    async def _news(self, events: _Sequence, audit: _Sequence) -> bool:
+        """Whether a poll may find rows: always without a shared reader; else once its
+        newest ids have passed this feed's (an id held back keeps this feed's behind,
+        so it is asked again until taken)."""
+        if self.newest is None:
+            return True
+        newest_event, newest_audit = await self.newest.read()
+        return newest_event > events.last or newest_audit > audit.last
 
     async def _poll(self, events: _Sequence, audit: _Sequence) -> tuple[list[str], bool]:
         """The messages the next rows make, and whether more rows may be waiting."""
