@@ -1,6 +1,6 @@
-"""A tenant's keys in the console: the list (with each key's use, flags and own token
-limits), create (its token shown once, optionally with limits), rotate, revoke, and set
-or lift a key's limits.
+"""Keys in the console, a tenant's and (for platform admins) the platform's: the list
+(with each key's use, flags and own token limits), create (its token shown once,
+optionally with limits), rotate, revoke, and set or lift a key's limits.
 
 Limits go to the API as ``limits: {"tokens-per-minute": N, "tokens-per-day": N}`` (on
 create, and ``PATCH /api/v1/admin/tenants/{tenant}/keys/{key_id}`` after); the console
@@ -10,6 +10,7 @@ them again (and decides who may change which key: a tenant admin its member keys
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Request, Response, get, post
@@ -110,9 +111,44 @@ def _limits_cell(session: Session, base: str, key: dict[str, Any]) -> str:
     return shown + editor
 
 
-def _create_form(session: Session, base: str) -> str:
-    roles = ["member"] if not session.platform_admin else ["member", TENANT_ADMIN]
-    options = "".join(f'<option value="{r}">{r}</option>' for r in roles)
+@dataclass(frozen=True)
+class _Place:
+    """Where keys live: a tenant's (``tenant``), or the platform's (``None``). The API
+    and the console name a key's actions alike under their bases."""
+
+    tenant: str | None
+
+    @property
+    def api(self) -> str:
+        if self.tenant is None:
+            return "/api/v1/admin/keys"
+        return f"/api/v1/admin/tenants/{self.tenant}/keys"
+
+    @property
+    def page(self) -> str:
+        return "/console/keys" if self.tenant is None else f"/console/tenants/{self.tenant}"
+
+    @property
+    def base(self) -> str:
+        """Where the page's forms post (a key's actions under ``{base}/{key_id}/``)."""
+        return "/console/keys" if self.tenant is None else f"{self.page}/keys"
+
+    @property
+    def back(self) -> str:
+        """Where a refused call leaves the page."""
+        return "/console/keys" if self.tenant is None else "/console/tenants"
+
+
+_PLATFORM = _Place(None)
+
+
+def _create_form(session: Session, place: _Place) -> str:
+    if place.tenant is None:
+        role = ""  # a platform key is an admin's: the API gives it the role
+    else:
+        roles = ["member"] if not session.platform_admin else ["member", TENANT_ADMIN]
+        options = "".join(f'<option value="{r}">{r}</option>' for r in roles)
+        role = f'<label for="role">role</label><select id="role" name="role">{options}</select>'
     limits = "".join(
         f'<label for="new-{field_name}">{esc(field_name.replace("_", " "))}</label>'
         f'<input id="new-{field_name}" name="{field_name}" type="number" min="1"'
@@ -120,100 +156,131 @@ def _create_form(session: Session, base: str) -> str:
         for _, field_name, _ in LIMITS
     )
     return form(
-        base,
+        place.base,
         session.csrf,
         '<label for="principal">principal</label>'
         '<input id="principal" name="principal" required maxlength="64"'
-        ' pattern="[A-Za-z0-9][A-Za-z0-9._@-]*" placeholder="ci-bot">'
-        f'<label for="role">role</label><select id="role" name="role">{options}</select>' + limits,
+        ' pattern="[A-Za-z0-9][A-Za-z0-9._@-]*" placeholder="ci-bot">' + role + limits,
         button="Create key",
     )
 
 
+def _actions(session: Session, place: _Place, key: dict[str, Any]) -> str:
+    if key.get("revoked_at") is not None:
+        why = key.get("revoked_reason")
+        return '<span class="muted">revoked</span>' + (
+            f'<div class="muted">{esc(why)}</div>' if why else ""
+        )
+    key_base = f"{place.base}/{key['key_id']}"
+    return form(
+        f"{key_base}/rotate",
+        session.csrf,
+        '<select name="grace_seconds" aria-label="old secret works for">'
+        + "".join(f'<option value="{v}">{esc(n)}</option>' for n, v in GRACES)
+        + "</select>",
+        button="Rotate",
+    ) + form(f"{key_base}/revoke", session.csrf, "", button="Revoke", danger=True)
+
+
+def _keys_body(session: Session, place: _Place, keys: list[dict[str, Any]]) -> str:
+    rows = [
+        (
+            f"<code>{esc(key['key_id'])}</code>",
+            esc(key["principal"]),
+            esc(", ".join(key["roles"])),
+            esc(" ".join(key["scopes"])),
+            _when(key.get("created_at")),
+            _when(key.get("last_used_at")),
+            _activity(key.get("activity")),
+            _limits_cell(session, place.base, key),
+            _when(key.get("expires_at")),
+            _actions(session, place, key),
+        )
+        for key in keys
+    ]
+    headers = [
+        "key",
+        "principal",
+        "roles",
+        "scopes",
+        "created",
+        "last used",
+        "use",
+        "own token limits",
+        "expires",
+        "",
+    ]
+    whose = (
+        "A platform key belongs to no tenant and carries the admin role: it can do"
+        " everything a platform admin can. Give one per person or automation, so each"
+        " can be revoked alone."
+        if place.tenant is None
+        else "A key's own token limits (optional) sit below its queue's: a runaway key"
+        " drains at most its own allowance, refused with <code>key_limit_exceeded</code>."
+    )
+    return (
+        f"<h2>Keys</h2>{table(headers, rows, test_id='keys')}"
+        f'<h2>New key</h2><div class="card">{_create_form(session, place)}'
+        f'<p class="muted">{whose}</p></div>'
+    )
+
+
 class KeyPages(ConsolePages):
+    """A tenant's keys (``/console/tenants/{tenant}``) and the platform's
+    (``/console/keys``, platform admins): the same page and actions on either."""
+
     @get("/tenants/{tenant:str}")
     async def tenant(self, request: Request[Any, Any, Any], tenant: TenantName) -> Response[Any]:
         session = await self.signed_in(request)
         here = "/console/tenants" if session.platform_admin else f"/console/tenants/{tenant}"
-        answer = await self.api(request, session).get(f"/api/v1/admin/tenants/{tenant}/keys")
+        return await self._keys_page(request, session, _Place(tenant), f"Tenant {tenant}", here)
+
+    @get("/keys")
+    async def platform(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        session = await self.signed_in(request)
+        return await self._keys_page(request, session, _PLATFORM, "Platform keys", "/console/keys")
+
+    async def _keys_page(
+        self,
+        request: Request[Any, Any, Any],
+        session: Session,
+        place: _Place,
+        title: str,
+        here: str,
+    ) -> Response[Any]:
+        answer = await self.api(request, session).get(place.api)
         if not answer.ok:
             return await self.failed(request, session, answer, here)
-        base = f"/console/tenants/{tenant}/keys"
-        rows = []
-        for key in answer.body:
-            key_base = f"{base}/{key['key_id']}"
-            if key.get("revoked_at") is None:
-                actions = form(
-                    f"{key_base}/rotate",
-                    session.csrf,
-                    '<select name="grace_seconds" aria-label="old secret works for">'
-                    + "".join(f'<option value="{v}">{esc(n)}</option>' for n, v in GRACES)
-                    + "</select>",
-                    button="Rotate",
-                ) + form(f"{key_base}/revoke", session.csrf, "", button="Revoke", danger=True)
-            else:
-                why = key.get("revoked_reason")
-                actions = '<span class="muted">revoked</span>' + (
-                    f'<div class="muted">{esc(why)}</div>' if why else ""
-                )
-            rows.append(
-                (
-                    f"<code>{esc(key['key_id'])}</code>",
-                    esc(key["principal"]),
-                    esc(", ".join(key["roles"])),
-                    esc(" ".join(key["scopes"])),
-                    _when(key.get("created_at")),
-                    _when(key.get("last_used_at")),
-                    _activity(key.get("activity")),
-                    _limits_cell(session, base, key),
-                    _when(key.get("expires_at")),
-                    actions,
-                )
-            )
-        headers = [
-            "key",
-            "principal",
-            "roles",
-            "scopes",
-            "created",
-            "last used",
-            "use",
-            "own token limits",
-            "expires",
-            "",
-        ]
-        body = (
-            f"<h2>Keys</h2>{table(headers, rows, test_id='keys')}"
-            f'<h2>New key</h2><div class="card">{_create_form(session, base)}'
-            "<p class=\"muted\">A key's own token limits (optional) sit below its queue's:"
-            " a runaway key drains at most its own allowance, refused with"
-            " <code>key_limit_exceeded</code>.</p></div>"
-        )
-        return page(session, f"Tenant {tenant}", body, here)
+        return page(session, title, _keys_body(session, place, answer.body), here)
 
     @post("/tenants/{tenant:str}/keys")
     async def create_key(
         self, request: Request[Any, Any, Any], tenant: TenantName
     ) -> Response[Any]:
+        return await self._create(request, _Place(tenant))
+
+    @post("/keys")
+    async def create_platform_key(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        return await self._create(request, _PLATFORM)
+
+    async def _create(self, request: Request[Any, Any, Any], place: _Place) -> Response[Any]:
         session = await self.signed_in(request)
         data = await request.form()
         principal, role = data.get("principal"), data.get("role") or "member"
         if not isinstance(principal, str) or not isinstance(role, str):
-            return await self.failed(request, session, Answer(400, None), "/console/tenants")
+            return await self.failed(request, session, Answer(400, None), place.back)
         try:
             limits = limits_of_form(data, lift_empty=False)
         except FormError as err:
-            return await self.refuse(
-                request, session, f"Key not created: {esc(err)}", f"/console/tenants/{tenant}"
-            )
-        body: dict[str, Any] = {"principal": principal.strip(), "roles": [role]}
+            return await self.refuse(request, session, f"Key not created: {esc(err)}", place.page)
+        body: dict[str, Any] = {"principal": principal.strip()}
+        if place.tenant is not None:
+            body["roles"] = [role]
         if limits:
             body["limits"] = limits
-        answer = await self.api(request, session).call(
-            "POST", f"/api/v1/admin/tenants/{tenant}/keys", json=body
-        )
+        answer = await self.api(request, session).call("POST", place.api, json=body)
         if not answer.ok:
-            return await self.failed(request, session, answer, "/console/tenants")
+            return await self.failed(request, session, answer, place.back)
         await self.flash(
             request,
             session,
@@ -225,16 +292,27 @@ class KeyPages(ConsolePages):
                 test_id="new-key",
             ),
         )
-        return redirect(f"/console/tenants/{tenant}")
+        return redirect(place.page)
 
     @post("/tenants/{tenant:str}/keys/{key_id:str}/limits")
     async def set_limits(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
+        return await self._set_limits(request, _Place(tenant), key_id)
+
+    @post("/keys/{key_id:str}/limits")
+    async def set_platform_limits(
+        self, request: Request[Any, Any, Any], key_id: KeyId
+    ) -> Response[Any]:
+        return await self._set_limits(request, _PLATFORM, key_id)
+
+    async def _set_limits(
+        self, request: Request[Any, Any, Any], place: _Place, key_id: str
+    ) -> Response[Any]:
         """Set (a number) or lift (empty) a key's own token limits; a refusal, the
         console's or the API's, is shown above the keys with which field and why."""
         session = await self.signed_in(request)
-        here = f"/console/tenants/{tenant}"
+        here = place.page
         try:
             limits = limits_of_form(await request.form(), lift_empty=True)
             if not limits:
@@ -247,7 +325,7 @@ class KeyPages(ConsolePages):
                 here,
             )
         answer = await self.api(request, session).call(
-            "PATCH", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}", json={"limits": limits}
+            "PATCH", f"{place.api}/{key_id}", json={"limits": limits}
         )
         if not answer.ok:
             if answer.status in (401, 403, 404):  # signed out, or not this key's to change
@@ -273,32 +351,50 @@ class KeyPages(ConsolePages):
     async def revoke_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
+        return await self._revoke(request, _Place(tenant), key_id)
+
+    @post("/keys/{key_id:str}/revoke")
+    async def revoke_platform_key(
+        self, request: Request[Any, Any, Any], key_id: KeyId
+    ) -> Response[Any]:
+        return await self._revoke(request, _PLATFORM, key_id)
+
+    async def _revoke(
+        self, request: Request[Any, Any, Any], place: _Place, key_id: str
+    ) -> Response[Any]:
         session = await self.signed_in(request)
-        answer = await self.api(request, session).call(
-            "DELETE", f"/api/v1/admin/tenants/{tenant}/keys/{key_id}"
-        )
+        answer = await self.api(request, session).call("DELETE", f"{place.api}/{key_id}")
         if not answer.ok:
-            return await self.failed(request, session, answer, "/console/tenants")
+            return await self.failed(request, session, answer, place.back)
         await self.flash(
             request, session, message("ok", f"Key <code>{esc(key_id)}</code> revoked.")
         )
-        return redirect(f"/console/tenants/{tenant}")
+        return redirect(place.page)
 
     @post("/tenants/{tenant:str}/keys/{key_id:str}/rotate")
     async def rotate_key(
         self, request: Request[Any, Any, Any], tenant: TenantName, key_id: KeyId
     ) -> Response[Any]:
+        return await self._rotate(request, _Place(tenant), key_id)
+
+    @post("/keys/{key_id:str}/rotate")
+    async def rotate_platform_key(
+        self, request: Request[Any, Any, Any], key_id: KeyId
+    ) -> Response[Any]:
+        return await self._rotate(request, _PLATFORM, key_id)
+
+    async def _rotate(
+        self, request: Request[Any, Any, Any], place: _Place, key_id: str
+    ) -> Response[Any]:
         session = await self.signed_in(request)
         grace = (await request.form()).get("grace_seconds", "3600")
         if not isinstance(grace, str) or not grace.isdigit() or len(grace) > 7:
-            return await self.failed(request, session, Answer(400, None), "/console/tenants")
+            return await self.failed(request, session, Answer(400, None), place.back)
         answer = await self.api(request, session).call(
-            "POST",
-            f"/api/v1/admin/tenants/{tenant}/keys/{key_id}/rotate",
-            json={"grace_seconds": int(grace)},
+            "POST", f"{place.api}/{key_id}/rotate", json={"grace_seconds": int(grace)}
         )
         if not answer.ok:
-            return await self.failed(request, session, answer, "/console/tenants")
+            return await self.failed(request, session, answer, place.back)
         until = answer.body.get("previous_valid_until")
         await self.flash(
             request,
@@ -316,4 +412,4 @@ class KeyPages(ConsolePages):
                 test_id="new-key",
             ),
         )
-        return redirect(f"/console/tenants/{tenant}")
+        return redirect(place.page)

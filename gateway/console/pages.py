@@ -174,9 +174,9 @@ async def check_csrf(request: Request[Any, Any, Any]) -> Response[str] | None:
 
 def _nav(session: Session) -> list[tuple[str, str]]:
     tenants = (
-        ("Tenants", "/console/tenants")
+        [("Tenants", "/console/tenants"), ("Keys", "/console/keys")]
         if session.platform_admin
-        else ("Keys", f"/console/tenants/{session.tenant}")
+        else [("Keys", f"/console/tenants/{session.tenant}")]
     )
     cohorts = [("Cohorts", "/console/cohorts")] if session.platform_admin else []
     platform = (
@@ -194,7 +194,7 @@ def _nav(session: Session) -> list[tuple[str, str]]:
         *cohorts,
         ("Queues", "/console/queues"),
         *platform,
-        tenants,
+        *tenants,
         ("Workloads", "/console/workloads"),
         ("Usage", "/console/usage"),
         ("Audit", "/console/audit"),
