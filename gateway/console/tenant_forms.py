@@ -20,7 +20,11 @@ def create_tenant_form(csrf: str) -> str:
         + field("queues", "queues", maxlength=4096, placeholder="team-a, team-b")
         + '<span class="muted">first key (optional):</span>'
         + field("principal", "principal", maxlength=64, ident="first-principal")
-        + select("role", "role", ROLES, empty="no key"),
+        + select("role", "role", ROLES, empty="no key")
+        + "".join(
+            field(name, name.replace("_", " "), maxlength=24, placeholder="no limit", size=10)
+            for name in ("tokens_per_minute", "tokens_per_day")
+        ),
         button="Create tenant",
         css="editor",
         test_id="create-tenant",

@@ -1,7 +1,8 @@
 """Creating and deleting tenants from the console's tenants page.
 
 A new tenant gets its name, display name and queues (``POST /api/v1/admin/tenants``),
-and optionally its first key (a tenant admin's, say), its token shown once. A delete
+and optionally its first key (a tenant admin's, say, with its own token limits if
+given), its token shown once. A delete
 is confirmed by typing the tenant's name (the page works without script) and goes to
 ``DELETE /api/v1/admin/tenants/{name}``; its 409 (admitted or running workloads) is
 shown with the API's reason."""
@@ -17,6 +18,7 @@ from litestar.params import Parameter
 from gateway.console.api import Answer
 from gateway.console.base import ConsolePages, FormError, form_text, redirect
 from gateway.console.html import esc, message
+from gateway.console.keys import limits_of_form
 from gateway.console.tenant_forms import NAME, ROLES
 
 __all__ = ["TenantPages"]
@@ -55,6 +57,11 @@ class TenantPages(ConsolePages):
             role = form_text(data, "role", max_length=20, required=False)
             if role not in ROLES or bool(principal) != bool(role):
                 raise FormError("first key: give both its principal and its role, or neither")
+            # Checked before the tenant is made: a wrong number must not leave a tenant
+            # without the key that was asked for.
+            limits = limits_of_form(data, lift_empty=False)
+            if limits and not principal:
+                raise FormError("first key: its token limits need its principal and role")
         except FormError as err:
             return await self.refuse(request, session, esc(str(err)), here)
         api = self.api(request, session)
@@ -69,7 +76,8 @@ class TenantPages(ConsolePages):
             key = await api.call(
                 "POST",
                 f"/api/v1/admin/tenants/{name}/keys",
-                json={"principal": principal, "roles": [role]},
+                json={"principal": principal, "roles": [role]}
+                | ({"limits": limits} if limits else {}),
             )
             if not key.ok:
                 return await self.refuse(

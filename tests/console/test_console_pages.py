@@ -425,3 +425,28 @@ def test_a_month_with_no_usage_shows_no_empty_totals(client: TestClient[Any]) ->
         page = client.get(path).text
         assert 'data-testid="usage"' in page and ">none<" in page, path
         assert "<dl></dl>" not in page, path
+
+
+def test_a_new_tenants_first_key_takes_its_token_limits(client: TestClient[Any]) -> None:
+    """The first key made with a tenant carries the limits given; a limit that is no
+    number (or one with no key to carry it) is refused before the tenant is made."""
+    sign_in(client, ADMIN_KEY)
+    csrf = csrf_of(client.get("/console/tenants").text)
+    first = {"csrf": csrf, "queues": "team-a", "principal": "lead", "role": "tenant-admin"}
+    wrong = client.post(
+        "/console/tenant-create", data={**first, "name": "omega", "tokens_per_minute": "lots"}
+    )
+    assert "tokens per minute" in wrong.text and "not a whole number" in wrong.text
+    keyless = client.post(
+        "/console/tenant-create",
+        data={"csrf": csrf, "name": "omega", "queues": "", "tokens_per_day": "5000"},
+    )
+    assert "need its principal and role" in keyless.text
+    assert client.get("/api/v1/admin/tenants/omega", headers=ADMIN).status_code == 404
+    made = client.post(
+        "/console/tenant-create",
+        data={**first, "name": "omega", "tokens_per_minute": "2,000", "tokens_per_day": ""},
+    )
+    assert made.status_code == 200 and 'data-testid="new-token"' in made.text, made.text
+    (key,) = client.get("/api/v1/admin/tenants/omega/keys", headers=ADMIN).json()
+    assert key["limits"] == {"tokens-per-minute": 2000}
