@@ -74,14 +74,13 @@ class PlatformSummary(msgspec.Struct):
     top_tenants_last_minute: list[TenantTokens] = msgspec.field(default_factory=list)
 
 
-_last: list[tuple[LiveSummary, PlatformSummary]] = []  # the latest state's, alone
-
-
 def summarize_platform(summary: LiveSummary) -> PlatformSummary:
     """The totals of ``summary``: each queue's levels added up; capacity also counts
-    each cohort's own quota (what it holds beyond its children's)."""
-    if _last and _last[0][0] is summary:
-        return _last[0][1]
+    each cohort's own quota (what it holds beyond its children's). Made once per state
+    (kept in its ``derived``)."""
+    kept = summary.derived.get("platform")
+    if isinstance(kept, PlatformSummary):
+        return kept
     totals: dict[tuple[str, str], list[int]] = {}  # capacity, usage, borrowed, queues
     for queue in summary.queues.values():
         for level in queue.levels:
@@ -124,7 +123,7 @@ def summarize_platform(summary: LiveSummary) -> PlatformSummary:
         most_pending=_top(counts, "pending"),
         most_admitted=_top(counts, "admitted"),
     )
-    _last[:] = [(summary, result)]
+    summary.derived["platform"] = result
     return result
 
 

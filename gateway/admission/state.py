@@ -114,6 +114,9 @@ class LiveSummary:
     # queue -> how many of its pending workloads wait in it though their tenant may no
     # longer use it (Kueue's "inadmissible"; the rest are "active")
     inadmissible: Mapping[str, int] = field(default_factory=dict)
+    # What readers add up from this state (the platform's totals), kept with it: made
+    # once per state, however many pages ask, and gone with it.
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def queues_of(self, tenant: str) -> list[str]:
         return sorted(q for q in self.opened.get(tenant, ()) if q in self.queues)
