@@ -2,10 +2,9 @@
 
 A new tenant gets its name, display name and queues (``POST /api/v1/admin/tenants``),
 and optionally its first key (a tenant admin's, say, with its own token limits if
-given), its token shown once. A delete
-is confirmed by typing the tenant's name (the page works without script) and goes to
-``DELETE /api/v1/admin/tenants/{name}``; its 409 (admitted or running workloads) is
-shown with the API's reason."""
+given), its token shown once. A delete is confirmed by typing the tenant's name (the
+page works without script) and goes to ``DELETE /api/v1/admin/tenants/{name}``; its 409
+(admitted or running workloads) is shown with the API's reason."""
 
 from __future__ import annotations
 
