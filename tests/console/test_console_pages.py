@@ -386,6 +386,10 @@ def test_every_new_change_needs_the_csrf_token(client: TestClient[Any]) -> None:
         ("/console/backends/rayb/delete", {"version": "1"}),
         ("/console/tenant-create", {"name": "evil"}),
         ("/console/tenants/alpha/delete", {"confirm": "alpha"}),
+        ("/console/keys", {"principal": "evil"}),
+        ("/console/keys/abc123/revoke", {}),
+        ("/console/keys/abc123/rotate", {"grace_seconds": "0"}),
+        ("/console/keys/abc123/limits", {"tokens_per_minute": "1"}),
     ]:
         answer = client.post(path, data=data, follow_redirects=False)
         assert answer.status_code == 403, (path, answer.text)

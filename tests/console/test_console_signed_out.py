@@ -22,6 +22,7 @@ PAGES = [
     "/console/backends",
     "/console/backends/rayb",
     "/console/tenants/alpha",
+    "/console/keys",
     "/console/workloads",
     f"/console/workloads/{WORKLOAD}",
 ]
@@ -32,6 +33,10 @@ CHANGES = [
     "/console/tenant-create",
     "/console/tenants/alpha/keys",
     "/console/tenants/alpha/keys/abc123/limits",
+    "/console/keys",
+    "/console/keys/abc123/limits",
+    "/console/keys/abc123/rotate",
+    "/console/keys/abc123/revoke",
     f"/console/workloads/{WORKLOAD}/cancel",
 ]
 
