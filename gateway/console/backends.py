@@ -219,16 +219,13 @@ class BackendPages(ConsolePages):
             spec = spec_from_form(data)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), data=data, status=422)
-        answer = await self.api(request, session).call(
-            "PUT",
-            f"/api/v1/admin/config/backends/{name}",
-            json=spec,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            f"/api/v1/admin/config/backends/{name}",
+            version,
+            json=spec,
             again=lambda error, status: self._edit(
                 request, session, name, error=error, data=data, status=status
             ),
@@ -246,16 +243,13 @@ class BackendPages(ConsolePages):
             version = form_text(data, "version", max_length=18)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), status=422)
-        answer = await self.api(request, session).call(
-            "DELETE",
-            f"/api/v1/admin/config/backends/{name}",
-            headers={"If-Match": f'"{version}"'},
-        )
         afresh = showing_error(self._edit, request, session, name)
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "DELETE",
+            f"/api/v1/admin/config/backends/{name}",
+            version,
             again=afresh,
             afresh=afresh,
             stale=STALE,

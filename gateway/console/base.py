@@ -35,7 +35,7 @@ Again = Callable[[str, int], Awaitable[Response[Any]]]
 
 def showing_error(render: Callable[..., Awaitable[Response[Any]]], *args: Any) -> Again:
     """``render(*args, error=..., status=...)``: a page shown again with an error (the
-    ``again`` or ``afresh`` of :meth:`ConsolePages.after_change`)."""
+    ``again`` or ``afresh`` of :meth:`ConsolePages.change`)."""
 
     async def again(error: str, status: int) -> Response[Any]:
         return await render(*args, error=error, status=status)
@@ -131,12 +131,15 @@ class ConsolePages(Controller):
         await self.flash(request, session, message("error", html, test_id="form-error"))
         return _redirect(to)
 
-    async def after_change(
+    async def change(
         self,
         request: Request[Any, Any, Any],
         session: Session,
-        answer: Answer,
+        method: str,
+        path: str,
+        version: str | int,
         *,
+        json: Any = None,
         again: Again,
         afresh: Again,
         stale: str,
@@ -144,11 +147,15 @@ class ConsolePages(Controller):
         to: str,
         refused: str = "",
     ) -> Response[Any]:
-        """The answer to a change naming the version it read (``If-Match``): a 412 shows
-        the form ``afresh`` (the current version) saying ``stale``; a 401 signs the
-        session out (its key no longer signs in); another refusal shows the form
-        ``again`` as typed with the API's reason (after ``refused``); a success is a
-        one-time ``done`` (HTML; of the answer, when a function) on the page ``to``."""
+        """``method`` on the API's ``path`` naming the version the form read
+        (``If-Match``), and its answer: a 412 shows the form ``afresh`` (the current
+        version) saying ``stale``; a 401 signs the session out (its key no longer signs
+        in); another refusal shows the form ``again`` as typed with the API's reason
+        (after ``refused``); a success is a one-time ``done`` (HTML; of the answer, when
+        a function) on the page ``to``."""
+        answer = await self.api(request, session).call(
+            method, path, json=json, headers={"If-Match": f'"{version}"'}
+        )
         if answer.status == 401:
             return await self.failed(request, session, answer, to)
         if answer.status == 412:

@@ -51,7 +51,7 @@ async def _names(api: ConsoleApi, kind: str) -> list[str]:
 class _ObjectPages(PlatformPages):
     """Saving and deleting one object of ``/api/v1/admin/config/{collection}`` from its
     page: the version read goes in ``If-Match``, and the answer is shown by
-    :meth:`after_change` on the object's page (``_edit``, which each kind draws)."""
+    :meth:`change` on the object's page (``_edit``, which each kind draws)."""
 
     kind = ""  # "flavor"
     collection = ""  # "flavors": the API's and the console's path
@@ -86,16 +86,13 @@ class _ObjectPages(PlatformPages):
             spec = spec_of(data)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), data=data, status=422)
-        answer = await self.api(request, session).call(
-            "PUT",
-            f"/api/v1/admin/config/{self.collection}/{name}",
-            json=spec,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            f"/api/v1/admin/config/{self.collection}/{name}",
+            version,
+            json=spec,
             again=lambda error, status: self._edit(
                 request, session, name, error=error, data=data, status=status
             ),
@@ -116,19 +113,16 @@ class _ObjectPages(PlatformPages):
             version = version_of(data)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), status=422)
-        answer = await self.api(request, session).call(
-            "DELETE",
-            f"/api/v1/admin/config/{self.collection}/{name}",
-            headers={"If-Match": f'"{version}"'},
-        )
 
         async def afresh(error: str, status: int) -> Response[Any]:
             return await self._edit(request, session, name, error=error, status=status)
 
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "DELETE",
+            f"/api/v1/admin/config/{self.collection}/{name}",
+            version,
             again=afresh,
             afresh=afresh,
             stale=_stale(self.kind),

@@ -269,13 +269,13 @@ class ModelPages(ConsolePages):
             return await self._edit_page(
                 request, session, named, error=str(err), data=data, status=422
             )
-        answer = await self.api(request, session).call(
-            "PUT", path, json=body, headers={"If-Match": f'"{version}"'}
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            path,
+            version,
+            json=body,
             again=lambda error, status: self._edit_page(
                 request, session, name, error=error, data=data, status=status
             ),
@@ -297,14 +297,13 @@ class ModelPages(ConsolePages):
             version = form_text(data, "version", max_length=18)
         except FormError:
             return redirect("/console/models")
-        answer = await self.api(request, session).call(
-            "DELETE", path, headers={"If-Match": f'"{version}"'}
-        )
         afresh = showing_error(self._edit_page, request, session, name)
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "DELETE",
+            path,
+            version,
             again=afresh,
             afresh=afresh,
             stale=STALE,

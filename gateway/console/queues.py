@@ -382,16 +382,13 @@ class QueuePages(PlatformPages):
             return await self._detail(
                 request, session, name, settings=data, error=str(err), status=422
             )
-        answer = await api.call(
-            "PUT",
-            f"/api/v1/admin/config/cluster-queues/{name}",
-            json=spec,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            f"/api/v1/admin/config/cluster-queues/{name}",
+            version,
+            json=spec,
             again=lambda error, status: self._detail(
                 request, session, name, settings=data, error=error, status=status
             ),
@@ -413,16 +410,13 @@ class QueuePages(PlatformPages):
             return await self._detail(
                 request, session, name, error="This form lost its version: reload.", status=422
             )
-        answer = await self.api(request, session).call(
-            "DELETE",
-            f"/api/v1/admin/config/cluster-queues/{name}",
-            headers={"If-Match": f'"{version}"'},
-        )
         afresh = showing_error(self._detail, request, session, name)
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "DELETE",
+            f"/api/v1/admin/config/cluster-queues/{name}",
+            version,
             again=afresh,
             afresh=afresh,
             stale=STALE,
@@ -484,16 +478,13 @@ class QueuePages(PlatformPages):
             spec = edited(config.body["spec"], data)
         except FormError as err:
             return await self._detail(request, session, name, data=data, error=str(err))
-        answer = await api.call(
-            "PUT",
-            f"/api/v1/admin/config/cluster-queues/{name}",
-            json=spec,
-            headers={"If-Match": f'"{version}"'},
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            f"/api/v1/admin/config/cluster-queues/{name}",
+            version,
+            json=spec,
             again=lambda error, status: self._detail(
                 request, session, name, data=data, error=error, status=status
             ),

@@ -195,13 +195,13 @@ class SettingsPages(PlatformPages):
             spec = settings_from_form(data)
         except FormError as err:
             return await self._page(request, session, error=str(err), data=data, status=422)
-        answer = await self.api(request, session).call(
-            "PUT", "/api/v1/admin/settings", json=spec, headers={"If-Match": f'"{version}"'}
-        )
-        return await self.after_change(
+        return await self.change(
             request,
             session,
-            answer,
+            "PUT",
+            "/api/v1/admin/settings",
+            version,
+            json=spec,
             again=lambda error, status: self._page(
                 request, session, error=error, data=data, status=status
             ),
