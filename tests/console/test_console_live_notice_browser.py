@@ -6,8 +6,6 @@ the table."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,14 +20,7 @@ from tests.console.test_console_browser import shot, sign_in, sign_out, watched
 from tests.gateway.test_workload_api import CONFIG, bearer, workload
 from tests.support.serve import serving
 
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-
-async def until(condition: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "never came true"
-        await asyncio.sleep(0.1)
+ADMIN = bearer(ADMIN_KEY)
 
 
 async def test_a_refused_stream_is_explained_and_the_page_recovers(
@@ -64,7 +55,9 @@ async def test_a_refused_stream_is_explained_and_the_page_recovers(
         # stream; the next event (alpha submits a workload) clears the notice.
         for slot in held:
             slot.release()
-        await until(lambda: slots.open("*") == 1, seconds=15)
+        async with asyncio.timeout(15):
+            while slots.open("*") != 1:
+                await asyncio.sleep(0.1)
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as api:
             answer = await api.post("/api/v1/workloads", json=workload(), headers=bearer(token))
             assert answer.status_code == 201, answer.text

@@ -4,26 +4,16 @@ a tenant admin can neither see the page nor mint a platform key through the cons
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from litestar.testing import TestClient
 
-from gateway.app import create_app
-from gateway.settings import Settings
 from tests.conftest import ADMIN_KEY
 from tests.console.test_console_http import csrf_of, sign_in
-from tests.console.test_console_keys import new_token
-from tests.gateway.test_workload_api import CONFIG, bearer
+from tests.console.test_console_keys import client, new_token
+from tests.gateway.test_workload_api import bearer
 
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient[Any]]:
-    with TestClient(app=create_app(settings)) as client:
-        answer = client.post("/api/v1/admin/config", json=CONFIG, headers=bearer(ADMIN_KEY))
-        assert answer.status_code == 201, answer.text
-        yield client
+__all__ = ["client"]  # the keys tests' fixture: a gateway with their config applied
 
 
 def test_a_platform_admin_makes_limits_rotates_and_revokes_a_platform_key(
