@@ -87,5 +87,11 @@ def test_a_tenant_admin_cannot_see_or_mint_platform_keys(client: TestClient[Any]
     rotate = client.post(
         f"/console/keys/{key_id}/rotate", data={"csrf": csrf, "grace_seconds": "0"}
     )
-    assert (revoke.status_code, rotate.status_code) == (403, 403)
+    # Nor lift its limits (a key climbing out of its allowance through another's page).
+    limits = client.post(
+        f"/console/keys/{key_id}/limits", data={"csrf": csrf, "tokens_per_minute": "999999"}
+    )
+    assert (revoke.status_code, rotate.status_code, limits.status_code) == (403, 403, 403)
     assert client.get("/api/v1/admin/keys", headers=bearer(ops.json()["token"])).status_code == 200
+    listed = client.get("/api/v1/admin/keys", headers=bearer(ADMIN_KEY)).json()
+    assert next(k for k in listed if k["key_id"] == key_id).get("limits") in (None, {})
