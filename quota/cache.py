@@ -38,7 +38,14 @@ from quota.periods import period_end, period_start, seconds_between
 from quota.resources import FlavorResource
 from quota.tree import ResourceNode, add_usage, lineage, remove_usage
 
-__all__ = ["AdmittedWorkload", "ClusterQueueNode", "ClusterState", "CohortNode", "victim_order"]
+__all__ = [
+    "AdmittedWorkload",
+    "ClusterQueueNode",
+    "ClusterState",
+    "CohortNode",
+    "Freed",
+    "victim_order",
+]
 
 _name = attrgetter("name")
 
@@ -426,7 +433,7 @@ class ClusterState:
         frs: Collection[FlavorResource],
         *,
         ended: bool = False,
-    ) -> _Freed:
+    ) -> Freed:
         """A context in which ``records`` hold none of ``frs`` (and, if ``ended``, have
         their real use of each budget among ``frs`` charged); then put back.
 
@@ -448,7 +455,7 @@ class ClusterState:
                 for fr in budgets:
                     mine[fr] = mine.get(fr, 0) + spent.get(fr, 0)
         queues = self.queues
-        return _Freed(
+        return Freed(
             [
                 (queues[name], fr, amount)
                 for name, mine in sums.items()
@@ -473,8 +480,9 @@ class ClusterState:
 # Python even when the engine is compiled.
 
 
-class _Freed:
-    """:meth:`ClusterState.freed`: each change applied in turn, undone in reverse."""
+class Freed:
+    """:meth:`ClusterState.freed`: each change applied in turn, undone in reverse; as a
+    context, or kept applied for a while (:meth:`apply`, then :meth:`undo`)."""
 
     __slots__ = ("changes",)
 
@@ -482,13 +490,19 @@ class _Freed:
         self.changes = changes
 
     def __enter__(self) -> None:
+        self.apply()
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+    def apply(self) -> None:
         for queue, fr, amount in self.changes:
             if amount > 0:
                 add_usage(queue, fr, amount)
             else:
                 remove_usage(queue, fr, -amount)
 
-    def __exit__(self, *exc: object) -> None:
+    def undo(self) -> None:
         for queue, fr, amount in reversed(self.changes):
             if amount > 0:
                 remove_usage(queue, fr, amount)

@@ -15,10 +15,10 @@ One cycle:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState
+from quota.cache import AdmittedWorkload, ClusterQueueNode, ClusterState, Freed
 from quota.entry import Entry, Status
 from quota.fair_iterator import fair_sharing_order
 from quota.flavor_assigner import (
@@ -113,6 +113,9 @@ class Scheduler:
         self.queues = queues
         self.fair_sharing = fair_sharing
         self.preemptor = Preemptor(state, fair_sharing=fair_sharing, reference=reference)
+        # Evictions kept out of usage while a cycle is processed (see _Cycle); not under
+        # a fair sharing order, which reads usage as it is, nor for the reference.
+        self._shadow = not (fair_sharing or reference)
         self.cycle = 0
         self._scans: dict[str, _ScanState] = {}
         # A queue's spec is fixed for the life of the state (a new config, a new state).
@@ -134,7 +137,7 @@ class Scheduler:
             entries = [self._nominate(w, resume=self._resume(w)) for w in heads]
         self._remember_scans(entries)
         # 3-4. Order and process.
-        cycle = _Cycle(self.state)
+        cycle = _Cycle(self.state, shadow=self._shadow)
         for entry in self._ordered(entries):
             self._process(entry, cycle, now, result)
         cycle.release_reservations()
@@ -287,7 +290,7 @@ class Scheduler:
                 prefix="needs preemption, but no workload may be preempted for it: ",
             )
             if entry.queue.spec.preemption.reclaim_within_cohort is not ReclaimWithinCohort.ANY:
-                cycle.reserve(entry.queue, _to_reserve(entry))
+                cycle.reserve(entry.queue, _to_reserve(entry, cycle))
             return
         if any(t.name in cycle.preempted for t in entry.targets):
             entry.mark(
@@ -340,12 +343,32 @@ class _ScanState:
 
 
 class _Cycle:
-    """What one cycle has done to usage so far: evictions issued, capacity held."""
+    """What one cycle has done to usage so far: evictions issued, capacity held.
 
-    def __init__(self, state: ClusterState) -> None:
+    With ``shadow``, each eviction is taken out of usage as it is issued and stays out
+    until processing ends, so a fit check removes only its own targets: summed again
+    at every check, a cycle's evictions cost each check as much as all before it. The
+    tree's usage is a function of its queues' usage however the changes interleave
+    (each node stores in its parent what exceeds its guaranteed part), so the checks
+    see what removing everything at each check would show. Two things read usage as
+    it is without the evictions: :meth:`used`, which adds them back, and a fair
+    sharing order, which is why it takes no shadow. A negative reservation writes a
+    queue's usage directly, past that function: the evictions are put back first,
+    and the checks sum them again from then on."""
+
+    def __init__(self, state: ClusterState, *, shadow: bool = False) -> None:
         self.state = state
         self.preempted: dict[str, tuple[AdmittedWorkload, Preemption]] = {}
         self.reserved: list[tuple[ClusterQueueNode, dict[FlavorResource, int]]] = []
+        self.shadow = shadow
+        self._applied: list[Freed] = []
+        # Per queue and flavor-resource, what the applied evictions changed its usage by.
+        self._shifts: dict[tuple[str, FlavorResource], int] = {}
+
+    def used(self, queue: ClusterQueueNode, fr: FlavorResource) -> int:
+        """The queue's own usage, with this cycle's evictions still in it."""
+        used = queue.usage.get(fr, 0)
+        return used - self._shifts.get((queue.name, fr), 0) if self._shifts else used
 
     def reserve(self, queue: ClusterQueueNode, usage: dict[FlavorResource, int]) -> None:
         """Hold capacity for the rest of the cycle. A negative amount (Kueue's
@@ -353,11 +376,14 @@ class _Cycle:
         for fr, amount in usage.items():
             if amount > 0:
                 add_usage(queue, fr, amount)
-            else:
-                queue.usage[fr] = queue.usage.get(fr, 0) + amount
+                continue
+            if amount < 0:
+                self._unshadow()
+            queue.usage[fr] = queue.usage.get(fr, 0) + amount
         self.reserved.append((queue, usage))
 
     def release_reservations(self) -> None:
+        self._unshadow()
         for queue, usage in reversed(self.reserved):
             for fr, amount in usage.items():
                 if amount > 0:
@@ -369,6 +395,24 @@ class _Cycle:
     def preempt(self, preemptor: str, targets: list[Target]) -> None:
         for target in targets:
             self.preempted[target.name] = (target.record, Preemption(preemptor, target.reason))
+        if self.shadow:
+            records = [t.record for t in targets]
+            frs = {fr for record in records for fr in record.usage}
+            freed = self.state.freed(records, frs, ended=True)
+            freed.apply()
+            self._applied.append(freed)
+            shifts = self._shifts
+            for queue, fr, amount in freed.changes:
+                key = (queue.name, fr)
+                shifts[key] = shifts.get(key, 0) + amount
+
+    def _unshadow(self) -> None:
+        """Put the applied evictions back; later checks sum them (see the class)."""
+        self.shadow = False
+        for freed in reversed(self._applied):
+            freed.undo()
+        self._applied.clear()
+        self._shifts.clear()
 
     def fits(
         self, queue: ClusterQueueNode, usage: dict[FlavorResource, int], targets: list[Target]
@@ -383,9 +427,12 @@ class _Cycle:
             # Taking workloads away only adds room; only budgets can lose some (their
             # use is charged), and none is asked for.
             return True
-        gone = {name: record for name, (record, _) in self.preempted.items()}
-        gone |= {t.name: t.record for t in targets}
-        with self.state.freed(gone.values(), usage.keys(), ended=True):
+        if self.shadow:
+            gone: Iterable[AdmittedWorkload] = [t.record for t in targets]
+        else:
+            before = {name: record for name, (record, _) in self.preempted.items()}
+            gone = (before | {t.name: t.record for t in targets}).values()
+        with self.state.freed(gone, usage.keys(), ended=True):
             return all(queue_available(queue, fr) >= amount for fr, amount in usage.items())
 
 
@@ -395,14 +442,14 @@ def _classical_key(entry: Entry) -> tuple[int, int, float, str]:
     return (entry.assignment.borrowing, -workload.priority, workload.order_time, workload.name)
 
 
-def _to_reserve(entry: Entry) -> dict[FlavorResource, int]:
+def _to_reserve(entry: Entry, cycle: _Cycle) -> dict[FlavorResource, int]:
     """Capacity a preemptor without victims holds for the rest of the cycle."""
     queue = entry.queue
     borrowing = entry.assignment.borrowing > 0
     reserved = {}
     for fr, amount in entry.assignment.usage.items():
         quota = queue.quota(fr)
-        used = queue.usage.get(fr, 0)
+        used = cycle.used(queue, fr)
         if borrowing:
             limit = quota.borrowing_limit
             reserved[fr] = amount if limit is None else min(amount, quota.nominal + limit - used)
