@@ -12,15 +12,19 @@ The targets are exactly those of :mod:`quota.preemption.classical_reference`
 (``tests/quota/test_churn_equivalence.py`` plays both); what differs is the cost.
 A :class:`CandidateIndex` keeps, while nomination runs, each queue's workloads
 per flavor-resource already in victim order and which nodes are over their
-nominal quota; the groups are merged lazily from it, so a search that fits after
-a few removals never looks at the other candidates, and a queue's candidates stop
-at the first one its policy does not allow (they are sorted by priority).
+nominal quota. The candidates of the other queues are read level by level: what
+a cohort reaches through children over nominal, merged in victim order as far as
+any search has read it (:class:`_Sequence`), is shared by every search of the
+stage, each skipping what is not its own (:class:`_Cursor`); so is how much they
+could free. A search that fits after a few removals thus costs the candidates it
+reads, not a step for every queue of the tree; and a level stops at the first
+candidate its policy does not allow (they are sorted by priority).
 
 Most searches find nothing. Before listing candidates, a search bounds what its
 removals could ever free (:func:`_cannot_fit`): from the cohorts' totals when one
 flavor-resource is contested (:meth:`CandidateIndex.reclaimable`, one step per
-level of the tree), then per attempt from the streams; an attempt that could not
-fit even after taking all that is not run. A queue with a borrowing limit never
+level of the tree), then per attempt from the groups' totals; an attempt that
+could not fit even after taking all that is not run. A queue with a borrowing limit never
 holds more than its quota plus that limit, and only its own candidates lower what
 it holds (:func:`_beyond_ceiling`): a queue at its limit is refuted before the
 tree is walked.
@@ -81,6 +85,8 @@ _REASON = {
 _BORROW_NEVER = BorrowWithinCohortPolicy.NEVER
 _RECLAIM_NEVER = ReclaimWithinCohort.NEVER
 _WITHIN_NEVER = WithinClusterQueue.NEVER
+_WITHIN_LOWER = WithinClusterQueue.LOWER_PRIORITY
+_RECLAIM_LOWER = ReclaimWithinCohort.LOWER_PRIORITY
 
 _Freed = dict[FlavorResource, int]  # what removals can free at most, per flavor-resource
 
@@ -115,12 +121,18 @@ class CandidateIndex:
         self._reclaimable_above: dict[tuple[int, FlavorResource], int] = {}
         # (queue, flavor-resource) -> (the queue's admitted_version, its largest usage)
         self._largest_kept: dict[tuple[str, FlavorResource], tuple[int, int]] = {}
+        self._sequences: dict[tuple[int, frozenset[FlavorResource]], _Sequence] = {}
+        self._totals: dict[
+            tuple[int, frozenset[FlavorResource], int | None], tuple[int, _Freed]
+        ] = {}
 
     def refresh(self) -> None:
         self._over.clear()
         self._over_children.clear()
         self._reclaimable.clear()
         self._reclaimable_above.clear()
+        self._sequences.clear()
+        self._totals.clear()
         self._ranked.sweep(self.state.queues)
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
@@ -162,9 +174,58 @@ class CandidateIndex:
             entry = self._ranked.put(queue, frs, _Entry(ranked, frs))
         return entry
 
+    def sequence(self, cohort: CohortNode, frs: frozenset[FlavorResource]) -> _Sequence:
+        """The candidates using any of ``frs`` of every queue ``cohort`` reaches through
+        children over nominal in any of them, in victim order."""
+        key = (id(cohort), frs)
+        kept = self._sequences.get(key)
+        if kept is None:
+            sources = []
+            for queue in self._reached(cohort, frs):
+                ranked = self.candidates(queue, frs).ranked
+                if ranked:
+                    sources.append((queue, ranked, len(ranked)))
+            kept = self._sequences[key] = _Sequence(sources)
+        return kept
+
+    def _reached(
+        self, cohort: CohortNode, frs: frozenset[FlavorResource]
+    ) -> Iterator[ClusterQueueNode]:
+        cohorts, queues = self.children_over_nominal(cohort, frs)
+        for child in cohorts:
+            yield from self._reached(child, frs)
+        yield from queues
+
+    def totals(
+        self, node: ResourceNode, frs: frozenset[FlavorResource], cut: int | None
+    ) -> tuple[int, _Freed]:
+        """Of the queues :meth:`sequence` reaches from ``node`` (a queue: itself), how
+        many have a candidate below priority ``cut`` (``None``: any), and the most
+        removals of those can free (:func:`_most_freed`)."""
+        key = (id(node), frs, cut)
+        kept = self._totals.get(key)
+        if kept is not None:
+            return kept
+        if isinstance(node, ClusterQueueNode):
+            entry = self.candidates(node, frs)
+            stop = len(entry.ranked) if cut is None else bisect.bisect_left(entry.priorities, cut)
+            kept = (1, _most_freed(entry, stop, node, frs)) if stop else (0, dict.fromkeys(frs, 0))
+        else:
+            assert isinstance(node, CohortNode)
+            cohorts, queues = self.children_over_nominal(node, frs)
+            count, freed = 0, dict.fromkeys(frs, 0)
+            for child in chain(cohorts, queues):
+                more, amounts = self.totals(child, frs, cut)
+                count += more
+                for fr, amount in amounts.items():
+                    freed[fr] += amount
+            kept = (count, freed)
+        self._totals[key] = kept
+        return kept
+
     def reclaimable(self, node: ResourceNode, fr: FlavorResource) -> int:
         """The most removals can free of ``fr`` in the queues reached from ``node``
-        through children over nominal in ``fr`` (as :func:`_collect_subtree` reaches
+        through children over nominal in ``fr`` (as :meth:`sequence` reaches
         them), each queue's all its usage but no more than its excess plus its
         largest workload (see :func:`_within_excess`). A queue: its own."""
         key = (id(node), fr)
@@ -224,36 +285,128 @@ class _Entry:
             self.sums[fr], self.largest[fr] = sums, largest
 
 
-class _Stream:
-    """One queue's candidates in victim order (those its policy allows), all with the
-    same lowest common ancestor with the preemptor's queue."""
+class _Own:
+    """The preemptor's queue's own candidates that its policy allows: the first
+    ``stop`` of ``entry.ranked``."""
 
-    __slots__ = ("advantage", "entry", "lca", "queue", "stop")
+    __slots__ = ("entry", "stop")
+
+    def __init__(self, entry: _Entry, stop: int) -> None:
+        self.entry = entry
+        self.stop = stop
+
+
+# An item of a :class:`_Sequence`: a candidate's victim key, its record and its queue.
+_Item = tuple[tuple[int, float, str], AdmittedWorkload, ClusterQueueNode]
+
+
+class _Sequence:
+    """Candidates of some queues merged in victim order, as far as they have been read.
+    A level's (every queue a cohort reaches through children over nominal) is shared by
+    all the searches of a nomination stage (:meth:`CandidateIndex.sequence`): a search
+    reads it through a :class:`_Cursor`, which skips what is not its own, instead of
+    merging every one of those queues' candidates again."""
+
+    __slots__ = ("_heap", "_sources", "items")
+
+    def __init__(self, sources: list[tuple[ClusterQueueNode, list[Victim], int]]) -> None:
+        self._sources = sources  # each queue, its candidates and how many of them count
+        self._heap = [(*ranked[0][0], i, 0) for i, (_, ranked, stop) in enumerate(sources) if stop]
+        heapq.heapify(self._heap)
+        self.items: list[_Item] = []
+
+    def at(self, n: int) -> _Item | None:
+        """The ``n``-th candidate in victim order, or ``None`` past the last."""
+        items, heap = self.items, self._heap
+        while n >= len(items):
+            if not heap:
+                return None
+            i, position = heap[0][3], heap[0][4]
+            queue, ranked, stop = self._sources[i]
+            key, record = ranked[position]
+            items.append((key, record, queue))
+            position += 1
+            if position < stop:
+                priority, newest, name = ranked[position][0]
+                heapq.heapreplace(heap, (priority, newest, name, i, position))
+            else:
+                heapq.heappop(heap)
+        return items[n]
+
+
+class _Cursor:
+    """A search's way through a :class:`_Sequence`: the candidates of one level of its
+    tree (common ancestor ``lca``), leaving out those below ``skip`` (the level below,
+    walked before, or the preemptor's queue), those of queues the search dropped, and,
+    with ``cut``, from the first of priority ``cut`` or more on (the sequence is sorted
+    by priority first)."""
+
+    __slots__ = ("advantage", "current", "cut", "lca", "position", "sequence", "skip")
 
     def __init__(
         self,
-        queue: ClusterQueueNode,
+        sequence: _Sequence,
         lca: ResourceNode | None,
+        skip: ResourceNode | None,
         advantage: bool,
-        entry: _Entry,
-        stop: int,
+        cut: int | None,
     ) -> None:
-        self.queue = queue
+        self.sequence = sequence
         self.lca = lca
+        self.skip = skip
         self.advantage = advantage
-        self.entry = entry
-        self.stop = stop  # the candidates are the first ``stop`` of ``entry.ranked``
+        self.cut = cut
+        self.position = 0
+        self.current: _Item | None = None
+
+    def advance(self, dropped: set[int]) -> bool:
+        """Move :attr:`current` to the next candidate of this search's; ``False`` at the
+        end."""
+        sequence, cut, skip, lca = self.sequence, self.cut, self.skip, self.lca
+        while True:
+            item = sequence.at(self.position)
+            if item is None or (cut is not None and item[0][0] >= cut):
+                self.current = None
+                return False
+            self.position += 1
+            queue = item[2]
+            if id(queue) in dropped:
+                continue
+            if skip is not None and _below(queue, skip, lca):
+                continue
+            self.current = item
+            return True
 
 
-class _Place:
-    """A queue that candidates may come from, and its lowest common ancestor with the
-    preemptor's queue."""
+def _below(queue: ClusterQueueNode, node: ResourceNode, top: ResourceNode | None) -> bool:
+    """Is ``node`` the queue or one of its ancestors below ``top``?"""
+    current: ResourceNode | None = queue
+    while current is not None and current is not top:
+        if current is node:
+            return True
+        current = current.parent
+    return False
 
-    __slots__ = ("lca", "queue")
 
-    def __init__(self, queue: ClusterQueueNode, lca: CohortNode) -> None:
-        self.queue = queue
-        self.lca = lca
+class _Group:
+    """One group of candidates (``hierarchical`` or ``by_priority``): a level of the tree
+    for each cohort that adds queues to it, how many queues (those with a candidate
+    their policy allows) and the most their candidates can free (:func:`_most_freed`)."""
+
+    __slots__ = ("advantage", "cut", "freed", "levels", "queues")
+
+    def __init__(self, frs: frozenset[FlavorResource], advantage: bool, cut: int | None) -> None:
+        self.advantage = advantage
+        self.cut = cut
+        # each level's sequence, its cohort and the node below it already walked
+        self.levels: list[tuple[_Sequence, CohortNode, ResourceNode]] = []
+        self.freed: _Freed = dict.fromkeys(frs, 0)
+        self.queues = 0
+
+    def cursors(self) -> list[_Cursor]:
+        """Fresh cursors, for one attempt."""
+        advantage, cut = self.advantage, self.cut
+        return [_Cursor(seq, lca, skip, advantage, cut) for seq, lca, skip in self.levels]
 
 
 def classical_targets(
@@ -265,33 +418,37 @@ def classical_targets(
         index = CandidateIndex(state)
     queue = request.queue
     frs = request.needs_preemption
-    same_queue = _same_queue_candidates(index, request)
-    if len(frs) == 1 and _cannot_fit_at_all(index, request, same_queue):
+    own = _own_candidates(index, request)
+    if len(frs) == 1 and _cannot_fit_at_all(index, request, own):
         return []  # decided from the cohorts' totals, before any candidate is listed
-    own = _most_freed(same_queue, frs)
-    if _beyond_ceiling(request, own):
+    own_freed = _own_freed(own, frs)
+    if _beyond_ceiling(request, own_freed):
         return []  # decided from the queue's own candidates, before the tree is walked
     # What the queue has available now; each attempt starts from the same usage.
     room = {fr: queue_available(queue, fr) for fr in frs}
-    near, far = _cohort_queues(index, request)
-    hierarchical = _streams(index, request, near, advantage=True)
-    by_priority = _streams(index, request, far, advantage=False)
+    hierarchical, by_priority = _cohort_groups(index, request)
     policy = queue.spec.preemption
     forbidden = policy.borrow_within_cohort is _BORROW_NEVER
     attempts: tuple[bool, ...]
-    if (not hierarchical and not by_priority) or (forbidden and not _under_nominal(request)):
+    if (not hierarchical.queues and not by_priority.queues) or (
+        forbidden and not _under_nominal(request)
+    ):
         attempts = (True,)
-    elif forbidden and not hierarchical:
+    elif forbidden and not hierarchical.queues:
         attempts = (False, True)
     else:
         attempts = (True, False)
-    groups = (hierarchical, by_priority, same_queue)
-    near_freed, far_freed = _most_freed(hierarchical, frs), _most_freed(by_priority, frs)
+    near_freed, far_freed = hierarchical.freed, by_priority.freed
     for allow_borrowing in attempts:
-        if _cannot_fit(request, room, own, near_freed, far_freed, allow_borrowing):
+        if _cannot_fit(request, room, own_freed, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
+        groups = (
+            hierarchical.cursors(),
+            by_priority.cursors(),
+            [] if own is None else [_own_cursor(request, own)],
+        )
         targets: list[Target] = []
-        for candidate in _in_order(state, request, groups, allow_borrowing):
+        for candidate in _in_order(request, groups, allow_borrowing):
             simulate_removal(state, candidate.record)
             targets.append(Target(candidate.record, _REASON[candidate.variant]))
             if workload_fits(request, allow_borrowing):
@@ -302,53 +459,58 @@ def classical_targets(
     return []
 
 
+def _own_cursor(request: PreemptionRequest, own: _Own) -> _Cursor:
+    sequence = _Sequence([(request.queue, own.entry.ranked, own.stop)])
+    return _Cursor(sequence, None, None, False, None)
+
+
 def _in_order(
-    state: ClusterState,
     request: PreemptionRequest,
-    groups: tuple[list[_Stream], ...],
+    groups: tuple[list[_Cursor], ...],
     allow_borrowing: bool,
 ) -> Iterator[_Candidate]:
     """The valid candidates of each group in turn, each group merged in victim order
     (keys end with the workload's name: unique, so merging is sorting). Checked as
-    reached, against usage with earlier targets removed; a stream whose queue (or a
-    cohort up to the common ancestor) is found back within nominal is dropped whole,
-    since removals only lower usage while an attempt lasts."""
+    reached, against usage with earlier targets removed; a queue found back within
+    nominal (or a cohort up to the common ancestor) gives no more candidates, since
+    removals only lower usage while an attempt lasts."""
     borrow_never = request.queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
-    for streams in groups:
-        heap = [_head(stream, i, 0) for i, stream in enumerate(streams)]
+    for cursors in groups:
+        dropped: set[int] = set()
+        heap = [_head(c, i) for i, c in enumerate(cursors) if c.advance(dropped)]
         heapq.heapify(heap)
         while heap:
-            i, position = heap[0][3], heap[0][4]
-            stream = streams[i]
-            ranked = stream.entry.ranked
-            record = ranked[position][1]
-            variant = _variant(request, record, stream.queue is request.queue, stream.advantage)
-            if variant is not _Variant.WITHIN_CQ and not _path_over_nominal(
-                request, stream.queue, stream.lca
-            ):
-                heapq.heappop(heap)  # and every later candidate of this stream
-                continue
-            position += 1
-            if position < stream.stop:
-                heapq.heapreplace(heap, _head(stream, i, position))
+            cursor = cursors[heap[0][3]]
+            item = cursor.current
+            assert item is not None
+            record, queue = item[1], item[2]
+            variant = _variant(request, record, queue is request.queue, cursor.advantage)
+            passed = variant is _Variant.WITHIN_CQ or _path_over_nominal(request, queue, cursor.lca)
+            if not passed:
+                dropped.add(id(queue))  # and every later candidate of this queue
+            if cursor.advance(dropped):
+                heapq.heapreplace(heap, _head(cursor, heap[0][3]))
             else:
                 heapq.heappop(heap)
+            if not passed:
+                continue
             if allow_borrowing and variant is _Variant.RECLAIM_WITHOUT_BORROWING:
                 if borrow_never:
                     break  # so is every candidate of this group (only by_priority has any)
                 continue
-            yield _Candidate(record, stream.lca, variant)
+            yield _Candidate(record, cursor.lca, variant)
 
 
-# A stream's entry in :func:`_in_order`'s heap: its candidate's victim key, flat, then the
-# stream's number and the candidate's position. Flat, not (key, number, position): the
-# heap compares entries all the time, and a nested key costs two scans per comparison.
-_Head = tuple[int, float, str, int, int]
+# A cursor's entry in :func:`_in_order`'s heap: its candidate's victim key, flat, then the
+# cursor's number. Flat, not (key, number): the heap compares entries all the time, and a
+# nested key costs two scans per comparison.
+_Head = tuple[int, float, str, int]
 
 
-def _head(stream: _Stream, i: int, position: int) -> _Head:
-    priority, newest, name = stream.entry.ranked[position][0]
-    return (priority, newest, name, i, position)
+def _head(cursor: _Cursor, i: int) -> _Head:
+    assert cursor.current is not None
+    priority, newest, name = cursor.current[0]
+    return (priority, newest, name, i)
 
 
 def _cannot_fit(
@@ -386,19 +548,14 @@ def _cannot_fit(
     return False
 
 
-def _cannot_fit_at_all(
-    index: CandidateIndex, request: PreemptionRequest, same_queue: list[_Stream]
-) -> bool:
+def _cannot_fit_at_all(index: CandidateIndex, request: PreemptionRequest, own: _Own | None) -> bool:
     """Would neither attempt fit, for one contested flavor-resource?
     :func:`_beyond_ceiling`, then :func:`_cannot_fit` of both attempts, with what the
     ``hierarchical`` and ``by_priority`` groups can free bounded by
     :func:`_reclaimable`; in plain numbers, since most searches end here."""
     queue = request.queue
     (fr,) = request.needs_preemption
-    mine = 0
-    if same_queue:
-        (stream,) = same_queue
-        mine = stream.entry.sums[fr][stream.stop]  # its _most_freed: the queue's own
+    mine = 0 if own is None else own.entry.sums[fr][own.stop]  # all of the queue's own
     amount = request.usage.get(fr, 0)
     used = queue.usage.get(fr, 0) - mine
     quota = queue.quota(fr)
@@ -415,7 +572,7 @@ def _cannot_fit_at_all(
 
 def _beyond_ceiling(request: PreemptionRequest, own: _Freed) -> bool:
     """Would the workload take its queue past quota plus borrowing limit even once all
-    the queue's own candidates (``own``, :func:`_most_freed`) are gone? What
+    the queue's own candidates (``own``, :func:`_own_freed`) are gone? What
     :func:`quota.tree.available` gives a queue is at most that ceiling less its
     usage, whatever the cohort frees, so then neither attempt fits."""
     queue = request.queue
@@ -429,20 +586,23 @@ def _beyond_ceiling(request: PreemptionRequest, own: _Freed) -> bool:
     return False
 
 
-def _most_freed(streams: list[_Stream], frs: frozenset[FlavorResource]) -> _Freed:
-    """The most an attempt can free from ``streams``, per flavor-resource. Of another
-    queue's candidates it takes only while that queue is over nominal: with one
+def _own_freed(own: _Own | None, frs: frozenset[FlavorResource]) -> _Freed:
+    """The most removals of the queue's own candidates can free, per flavor-resource."""
+    if own is None:
+        return dict.fromkeys(frs, 0)
+    return {fr: own.entry.sums[fr][own.stop] for fr in frs}
+
+
+def _most_freed(
+    entry: _Entry, stop: int, queue: ClusterQueueNode, frs: frozenset[FlavorResource]
+) -> _Freed:
+    """The most an attempt can free from another queue's first ``stop`` candidates, per
+    flavor-resource. It takes them only while that queue is over nominal: with one
     flavor-resource contested, at most the queue's excess plus its largest one."""
-    single = len(frs) == 1
-    freed = dict.fromkeys(frs, 0)
-    for stream in streams:
-        entry, stop = stream.entry, stream.stop
-        for fr in frs:
-            amount = entry.sums[fr][stop]
-            if single and stream.lca is not None:
-                amount = _within_excess(stream.queue, fr, amount, entry.largest[fr][stop])
-            freed[fr] += amount
-    return freed
+    if len(frs) == 1:
+        (fr,) = frs
+        return {fr: _within_excess(queue, fr, entry.sums[fr][stop], entry.largest[fr][stop])}
+    return {fr: entry.sums[fr][stop] for fr in frs}
 
 
 def _within_excess(queue: ClusterQueueNode, fr: FlavorResource, amount: int, largest: int) -> int:
@@ -457,9 +617,8 @@ def _reclaimable(
 ) -> tuple[int, int]:
     """:func:`_most_freed` of the ``hierarchical`` and ``by_priority`` groups, bounded
     from above by what every queue of theirs holds (not only what its policy lets
-    go), from :meth:`CandidateIndex.reclaimable`: one step per level of the tree,
-    where :func:`_cohort_queues` visits every queue. For the one contested
-    flavor-resource ``fr``."""
+    go), from :meth:`CandidateIndex.reclaimable`: one step per level of the tree. For
+    the one contested flavor-resource ``fr``."""
     queue = request.queue
     if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
         return 0, 0
@@ -498,34 +657,23 @@ def _under_nominal(request: PreemptionRequest) -> bool:
     return all(queue.usage.get(fr, 0) < queue.quota(fr).nominal for fr in request.needs_preemption)
 
 
-def _stream(
-    index: CandidateIndex,
-    request: PreemptionRequest,
-    queue: ClusterQueueNode,
-    lca: ResourceNode | None,
-    advantage: bool,
-) -> _Stream | None:
-    """The queue's candidates that its policy allows (Kueue's
+def _own_candidates(index: CandidateIndex, request: PreemptionRequest) -> _Own | None:
+    """The queue's own candidates that its policy allows (Kueue's
     ``SatisfiesPreemptionPolicy``), or ``None`` if there are none."""
     preemptor = request.workload
-    policy = request.queue.spec.preemption
-    rule: str = (
-        policy.within_cluster_queue if queue is request.queue else policy.reclaim_within_cohort
-    )
-    if rule == "Never":
+    rule = request.queue.spec.preemption.within_cluster_queue
+    if rule is _WITHIN_NEVER:
         return None
     frs = request.needs_preemption
-    entry = index.candidates(queue, frs)
+    entry = index.candidates(request.queue, frs)
     # Sorted by priority: the allowed ones come first.
-    if rule == "Any":
-        stop = len(entry.ranked)
-    elif rule == "LowerPriority":
+    if rule is _WITHIN_LOWER:
         stop = bisect.bisect_left(entry.priorities, preemptor.priority)
     else:
         ranked = entry.ranked[: bisect.bisect_left(entry.priorities, preemptor.priority + 1)]
         ranked = [item for item in ranked if satisfies_policy(preemptor, item[1].workload, rule)]
         entry, stop = _Entry(ranked, frs), len(ranked)
-    return _Stream(queue, lca, advantage, entry, stop) if stop else None
+    return _Own(entry, stop) if stop else None
 
 
 def _variant(
@@ -547,56 +695,39 @@ def _variant(
     return _Variant.RECLAIM_WHILE_BORROWING
 
 
-def _same_queue_candidates(index: CandidateIndex, request: PreemptionRequest) -> list[_Stream]:
-    if request.queue.spec.preemption.within_cluster_queue is _WITHIN_NEVER:
-        return []
-    stream = _stream(index, request, request.queue, None, False)
-    return [] if stream is None else [stream]
-
-
-def _cohort_queues(
-    index: CandidateIndex, request: PreemptionRequest
-) -> tuple[list[_Place], list[_Place]]:
-    """The other queues of the tree that candidates may come from, split by whether
-    the preemptor has the hierarchical advantage there (its request fits the quota of
-    the subtree they share)."""
-    queue = request.queue
-    near: list[_Place] = []
-    far: list[_Place] = []
-    if queue.parent is None or (queue.spec.preemption.reclaim_within_cohort is _RECLAIM_NEVER):
+def _cohort_groups(index: CandidateIndex, request: PreemptionRequest) -> tuple[_Group, _Group]:
+    """The ``hierarchical`` and ``by_priority`` groups: the candidates of the other queues
+    of the tree, by whether the preemptor has the hierarchical advantage where they meet
+    (its request fits the quota of the subtree they share). Each level up from the
+    queue adds the queues its cohort reaches through children over nominal, less those
+    of the level below; read from what the index keeps per cohort, not queue by
+    queue."""
+    queue, frs = request.queue, request.needs_preemption
+    rule = queue.spec.preemption.reclaim_within_cohort
+    cut = request.workload.priority if rule is _RECLAIM_LOWER else None
+    near, far = _Group(frs, True, cut), _Group(frs, False, cut)
+    if queue.parent is None or rule is _RECLAIM_NEVER:
         return near, far
     advantage, remaining = _fits_in_quota(queue, request.usage)
-    previous: ResourceNode | None = None
+    previous: ResourceNode = queue
     node: ResourceNode | None = queue.parent
     while node is not None:
         assert isinstance(node, CohortNode)
-        _collect_subtree(index, request, node, node, previous, near if advantage else far)
+        group = near if advantage else far
+        queues, freed = index.totals(node, frs, cut)
+        if index.over_nominal(previous, frs):
+            below, less = index.totals(previous, frs, cut)
+            queues -= below
+            freed = {fr: amount - less[fr] for fr, amount in freed.items()}
+        if queues:
+            group.queues += queues
+            for fr, amount in freed.items():
+                group.freed[fr] += amount
+            group.levels.append((index.sequence(node, frs), node, previous))
         if not advantage and node.parent is not None:
             advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
     return near, far
-
-
-def _collect_subtree(
-    index: CandidateIndex,
-    request: PreemptionRequest,
-    cohort: CohortNode,
-    lca: CohortNode,
-    skip: ResourceNode | None,
-    into: list[_Place],
-) -> None:
-    cohorts, queues = index.children_over_nominal(cohort, request.needs_preemption)
-    for child in cohorts:
-        if child is not skip:
-            _collect_subtree(index, request, child, lca, skip, into)
-    into.extend(_Place(queue, lca) for queue in queues if queue is not request.queue)
-
-
-def _streams(
-    index: CandidateIndex, request: PreemptionRequest, places: list[_Place], advantage: bool
-) -> list[_Stream]:
-    streams = (_stream(index, request, p.queue, p.lca, advantage) for p in places)
-    return [stream for stream in streams if stream is not None]
 
 
 def _fits_in_quota(
