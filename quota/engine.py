@@ -4,6 +4,7 @@ workloads, run admission cycles, read decisions and reasons."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -173,7 +174,8 @@ class QuotaEngine:
 
     def schedule_once(self) -> CycleResult:
         """Run one admission cycle."""
-        result = self._scheduler.schedule_once(self._clock())
+        with _CollectorPaused():
+            result = self._scheduler.schedule_once(self._clock())
         for record in result.admitted_records:
             self._pending.pop(record.name, None)
             self._refresh_at.pop(record.name, None)
@@ -298,6 +300,32 @@ class QuotaEngine:
         record = self.state.release(name)
         self._scheduler.quota_released(record.admission.cluster_queue)
         return record
+
+
+class _CollectorPaused:
+    """The cyclic garbage collector off while a cycle runs (unless it was off already).
+
+    A cycle makes objects that live as long as it does: nominations, assignments,
+    candidate lists, a few for every queue with a head. Over thousands of queues they
+    outnumber the collector's young generation, so a cycle set off young collections
+    of its own, each walking those objects and, through them, the engine's state:
+    measured, a fifth of the CPU time of ``bench/admission.py --completions`` at
+    300,000 workloads on 3,000 queues. They are freed by their reference counts when the
+    cycle ends; what survives it is collected after, as any other allocation. A class,
+    not a @contextmanager, which stays interpreted Python even in the compiled engine."""
+
+    __slots__ = ("_was_on",)
+
+    def __init__(self) -> None:
+        self._was_on = False
+
+    def __enter__(self) -> None:
+        self._was_on = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_on:
+            gc.enable()
 
 
 def _with_budget_flavors(admission: Admission, queue: ClusterQueueNode) -> Admission:
