@@ -384,9 +384,14 @@ class QueueManager:
 
     def requeue_inadmissible(self, queue_names: Iterable[str]) -> None:
         """Quota was released where these queues are: what they set aside waits again."""
+        if not self._parked:
+            return  # under churn, the usual case: released again before anything was set aside
         names = queue_names if isinstance(queue_names, (set, frozenset)) else set(queue_names)
-        for name in self._parked & names:
-            self._parked.discard(name)
+        back = self._parked & names
+        # A new set, not discards from the old one: a set keeps the table it grew to, and
+        # ``&`` walks all of it (ten thousand queues parked once, then on every release).
+        self._parked = self._parked - back
+        for name in back:
             if self.queues[name].requeue_inadmissible():
                 self._ready.add(name)
 

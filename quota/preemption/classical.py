@@ -391,21 +391,28 @@ def _below(queue: ClusterQueueNode, node: ResourceNode, top: ResourceNode | None
 class _Group:
     """One group of candidates (``hierarchical`` or ``by_priority``): a level of the tree
     for each cohort that adds queues to it, how many queues (those with a candidate
-    their policy allows) and the most their candidates can free (:func:`_most_freed`)."""
+    their policy allows), and for each kind of attempt (without borrowing, with it) the
+    priority its candidates stop at and the most they can free (:func:`_most_freed`)."""
 
-    __slots__ = ("advantage", "cut", "freed", "levels", "queues")
+    __slots__ = ("advantage", "cuts", "freed", "levels", "queues")
 
-    def __init__(self, frs: frozenset[FlavorResource], advantage: bool, cut: int | None) -> None:
+    def __init__(
+        self,
+        frs: frozenset[FlavorResource],
+        advantage: bool,
+        cut: int | None,
+        borrowing_cut: int | None,
+    ) -> None:
         self.advantage = advantage
-        self.cut = cut
+        self.cuts = (cut, borrowing_cut)  # by allow_borrowing
         # each level's sequence, its cohort and the node below it already walked
         self.levels: list[tuple[_Sequence, CohortNode, ResourceNode]] = []
-        self.freed: _Freed = dict.fromkeys(frs, 0)
+        self.freed = (dict.fromkeys(frs, 0), dict.fromkeys(frs, 0))  # by allow_borrowing
         self.queues = 0
 
-    def cursors(self) -> list[_Cursor]:
+    def cursors(self, allow_borrowing: bool) -> list[_Cursor]:
         """Fresh cursors, for one attempt."""
-        advantage, cut = self.advantage, self.cut
+        advantage, cut = self.advantage, self.cuts[allow_borrowing]
         return [_Cursor(seq, lca, skip, advantage, cut) for seq, lca, skip in self.levels]
 
 
@@ -438,13 +445,14 @@ def classical_targets(
         attempts = (False, True)
     else:
         attempts = (True, False)
-    near_freed, far_freed = hierarchical.freed, by_priority.freed
     for allow_borrowing in attempts:
+        near_freed = hierarchical.freed[allow_borrowing]
+        far_freed = by_priority.freed[allow_borrowing]
         if _cannot_fit(request, room, own_freed, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
         groups = (
-            hierarchical.cursors(),
-            by_priority.cursors(),
+            hierarchical.cursors(allow_borrowing),
+            by_priority.cursors(allow_borrowing),
             [] if own is None else [_own_cursor(request, own)],
         )
         targets: list[Target] = []
@@ -705,7 +713,8 @@ def _cohort_groups(index: CandidateIndex, request: PreemptionRequest) -> tuple[_
     queue, frs = request.queue, request.needs_preemption
     rule = queue.spec.preemption.reclaim_within_cohort
     cut = request.workload.priority if rule is _RECLAIM_LOWER else None
-    near, far = _Group(frs, True, cut), _Group(frs, False, cut)
+    near = _Group(frs, True, cut, cut)
+    far = _Group(frs, False, cut, _borrowing_cut(request, cut))
     if queue.parent is None or rule is _RECLAIM_NEVER:
         return near, far
     advantage, remaining = _fits_in_quota(queue, request.usage)
@@ -714,20 +723,53 @@ def _cohort_groups(index: CandidateIndex, request: PreemptionRequest) -> tuple[_
     while node is not None:
         assert isinstance(node, CohortNode)
         group = near if advantage else far
-        queues, freed = index.totals(node, frs, cut)
-        if index.over_nominal(previous, frs):
-            below, less = index.totals(previous, frs, cut)
-            queues -= below
-            freed = {fr: amount - less[fr] for fr, amount in freed.items()}
-        if queues:
-            group.queues += queues
+        for borrowing in (False, True):
+            queues, freed = _level_totals(index, node, previous, frs, group.cuts[borrowing])
             for fr, amount in freed.items():
-                group.freed[fr] += amount
-            group.levels.append((index.sequence(node, frs), node, previous))
+                group.freed[borrowing][fr] += amount
+            if not borrowing and queues:
+                group.queues += queues
+                group.levels.append((index.sequence(node, frs), node, previous))
         if not advantage and node.parent is not None:
             advantage, remaining = _fits_in_quota(node, remaining)
         previous, node = node, node.parent
     return near, far
+
+
+def _level_totals(
+    index: CandidateIndex,
+    node: CohortNode,
+    below: ResourceNode,
+    frs: frozenset[FlavorResource],
+    cut: int | None,
+) -> tuple[int, _Freed]:
+    """:meth:`CandidateIndex.totals` of a level: of ``node`` less what it reaches through
+    ``below`` (the level below, or the preemptor's queue)."""
+    queues, freed = index.totals(node, frs, cut)
+    if not index.over_nominal(below, frs):
+        return queues, freed  # ``node`` does not reach through it
+    fewer, less = index.totals(below, frs, cut)
+    return queues - fewer, {fr: amount - less[fr] for fr, amount in freed.items()}
+
+
+# Before every priority: an attempt that takes no candidate of a group.
+_BEFORE_ALL = -(2**63)
+
+
+def _borrowing_cut(request: PreemptionRequest, cut: int | None) -> int | None:
+    """Where the ``by_priority`` group's candidates stop for an attempt that allows
+    borrowing: such an attempt skips every one that only reclaim without borrowing may
+    take (:func:`_variant`), and those are the ones from some priority on. Before all of
+    them when the queue may never borrow to preempt (:func:`_in_order` stops the group
+    at its first)."""
+    policy = request.queue.spec.preemption
+    if policy.borrow_within_cohort is _BORROW_NEVER:
+        return _BEFORE_ALL
+    priority = request.workload.priority
+    threshold = policy.max_priority_threshold
+    if threshold is not None:
+        priority = min(priority, threshold + 1)
+    return priority if cut is None else min(cut, priority)
 
 
 def _fits_in_quota(
