@@ -533,16 +533,14 @@ def _cannot_fit(
     ever take? Then the attempt finds nothing, and it need not run.
 
     ``own``, ``near`` and ``far``: the most the queue's own candidates, the
-    ``hierarchical`` and the ``by_priority`` groups can free (:func:`_most_freed`). A
-    removal raises what the preemptor's queue has available by at most what it
-    frees. An attempt that allows borrowing takes none of the ``far`` group when the
-    queue may never borrow to preempt (see :func:`_in_order`); one that does not
-    allow it must fit the queue's nominal quota, where only its own candidates can
-    make room. ``room``: what the queue has available before any removal.
+    ``hierarchical`` and the ``by_priority`` groups can free in such an attempt
+    (:func:`_most_freed`; for ``far``, up to :func:`_borrowing_cut` when it allows
+    borrowing). A removal raises what the preemptor's queue has available by at most
+    what it frees. An attempt that does not allow borrowing must fit the queue's
+    nominal quota, where only its own candidates can make room. ``room``: what the
+    queue has available before any removal.
     """
     queue = request.queue
-    if allow_borrowing and (queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER):
-        far = {}
     for fr in request.needs_preemption:
         amount = request.usage.get(fr, 0)
         mine = own.get(fr, 0)
