@@ -456,7 +456,7 @@ def classical_targets(
             [] if own is None else [_own_cursor(request, own)],
         )
         targets: list[Target] = []
-        for candidate in _in_order(request, groups, allow_borrowing):
+        for candidate in _in_order(request, groups):
             simulate_removal(state, candidate.record)
             targets.append(Target(candidate.record, _REASON[candidate.variant]))
             if workload_fits(request, allow_borrowing):
@@ -473,16 +473,14 @@ def _own_cursor(request: PreemptionRequest, own: _Own) -> _Cursor:
 
 
 def _in_order(
-    request: PreemptionRequest,
-    groups: tuple[list[_Cursor], ...],
-    allow_borrowing: bool,
+    request: PreemptionRequest, groups: tuple[list[_Cursor], ...]
 ) -> Iterator[_Candidate]:
     """The valid candidates of each group in turn, each group merged in victim order
     (keys end with the workload's name: unique, so merging is sorting). Checked as
     reached, against usage with earlier targets removed; a queue found back within
     nominal (or a cohort up to the common ancestor) gives no more candidates, since
-    removals only lower usage while an attempt lasts."""
-    borrow_never = request.queue.spec.preemption.borrow_within_cohort is _BORROW_NEVER
+    removals only lower usage while an attempt lasts. What an attempt that allows
+    borrowing may not take, the cursors' cut already leaves out (:func:`_borrowing_cut`)."""
     for cursors in groups:
         dropped: set[int] = set()
         heap = [_head(c, i) for i, c in enumerate(cursors) if c.advance(dropped)]
@@ -500,13 +498,8 @@ def _in_order(
                 heapq.heapreplace(heap, _head(cursor, heap[0][3]))
             else:
                 heapq.heappop(heap)
-            if not passed:
-                continue
-            if allow_borrowing and variant is _Variant.RECLAIM_WITHOUT_BORROWING:
-                if borrow_never:
-                    break  # so is every candidate of this group (only by_priority has any)
-                continue
-            yield _Candidate(record, cursor.lca, variant)
+            if passed:
+                yield _Candidate(record, cursor.lca, variant)
 
 
 # A cursor's entry in :func:`_in_order`'s heap: its candidate's victim key, flat, then the
@@ -756,10 +749,9 @@ _BEFORE_ALL = -(2**63)
 
 def _borrowing_cut(request: PreemptionRequest, cut: int | None) -> int | None:
     """Where the ``by_priority`` group's candidates stop for an attempt that allows
-    borrowing: such an attempt skips every one that only reclaim without borrowing may
-    take (:func:`_variant`), and those are the ones from some priority on. Before all of
-    them when the queue may never borrow to preempt (:func:`_in_order` stops the group
-    at its first)."""
+    borrowing: such an attempt may not take one that only reclaim without borrowing may
+    (:func:`_variant`), and those are the ones from some priority on; all of them when
+    the queue may never borrow to preempt."""
     policy = request.queue.spec.preemption
     if policy.borrow_within_cohort is _BORROW_NEVER:
         return _BEFORE_ALL
