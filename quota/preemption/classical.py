@@ -27,7 +27,10 @@ level of the tree), then per attempt from the groups' totals; an attempt that
 could not fit even after taking all that is not run. A queue with a borrowing limit never
 holds more than its quota plus that limit, and only its own candidates lower what
 it holds (:func:`_beyond_ceiling`): a queue at its limit is refuted before the
-tree is walked.
+tree is walked. And while that limit is what bounds the queue, no other queue's
+removal changes a fit check (:func:`_others_cannot_help`): an attempt then asks its
+own candidates alone, and walks the tree only to order two or more targets as Kueue
+does.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from quota.preemption.common import (
     workload_fits,
 )
 from quota.resources import FlavorResource
-from quota.tree import ResourceNode, queue_available
+from quota.tree import ResourceNode, available, queue_available
 
 __all__ = ["CandidateIndex", "classical_targets", "victim_order"]
 
@@ -450,21 +453,74 @@ def classical_targets(
         far_freed = by_priority.freed[allow_borrowing]
         if _cannot_fit(request, room, own_freed, near_freed, far_freed, allow_borrowing):
             continue  # the attempt would take every candidate it may and still fail
+        if own is not None and _others_cannot_help(request, allow_borrowing):
+            targets = _attempt(state, request, ([_own_cursor(request, own)],), allow_borrowing)
+            if len(targets) < 2:  # the same targets, and no order for the others to turn
+                if targets:
+                    return targets
+                continue
         groups = (
             hierarchical.cursors(allow_borrowing),
             by_priority.cursors(allow_borrowing),
             [] if own is None else [_own_cursor(request, own)],
         )
-        targets: list[Target] = []
-        for candidate in _in_order(request, groups):
-            simulate_removal(state, candidate.record)
-            targets.append(Target(candidate.record, _REASON[candidate.variant]))
-            if workload_fits(request, allow_borrowing):
-                targets = fill_back(state, request, targets, allow_borrowing)
-                restore(state, (t.record for t in targets))
-                return targets
-        restore(state, (t.record for t in targets))
+        targets = _attempt(state, request, groups, allow_borrowing)
+        if targets:
+            return targets
     return []
+
+
+def _attempt(
+    state: ClusterState,
+    request: PreemptionRequest,
+    groups: tuple[list[_Cursor], ...],
+    allow_borrowing: bool,
+) -> list[Target]:
+    """Kueue's attempt: remove the candidates in order until the workload fits, then
+    give back those it can do without; ``[]`` if it never fits. Usage is as before."""
+    targets: list[Target] = []
+    for candidate in _in_order(request, groups):
+        simulate_removal(state, candidate.record)
+        targets.append(Target(candidate.record, _REASON[candidate.variant]))
+        if workload_fits(request, allow_borrowing):
+            targets = fill_back(state, request, targets, allow_borrowing)
+            restore(state, (t.record for t in targets))
+            return targets
+    restore(state, (t.record for t in targets))
+    return []
+
+
+def _others_cannot_help(request: PreemptionRequest, allow_borrowing: bool) -> bool:
+    """Does no removal from other queues change any fit check of the attempt? Then it
+    ends as its queue's own candidates alone would, up to their order.
+
+    What :func:`quota.tree.available` gives the queue is the least of what its parent
+    has and the queue's cap (its borrowing limit less what it holds beyond its
+    guaranteed part), plus its free guaranteed part. Removals elsewhere can only raise
+    the parent's part. Removing the queue's own workloads raises both parts by the
+    same amount, what the queue stops holding in its parent (every level up adds back
+    exactly what its child frees), so a cap that decides now decides after any of
+    them; and checks that pass now pass after any removal. Kueue then takes every
+    other candidate it meets before the queue's own without fitting, fits at the same
+    own one as a search of those alone, gives back the same own ones and then every
+    other one, each give-back of these moving the last target into its place: the
+    same targets, turned by one place per other candidate taken. With one target
+    there is nothing to turn; with more, the caller runs the whole attempt."""
+    queue, parent = request.queue, request.queue.parent
+    if parent is None or workload_fits(request, allow_borrowing):
+        return False  # an attempt that fits at once keeps its first candidate, whoever's
+    for fr, amount in request.usage.items():
+        if amount <= queue_available(queue, fr):
+            continue
+        limit = queue.quota(fr).borrowing_limit
+        if limit is None:
+            return False
+        guaranteed = queue.guaranteed.get(fr, 0)
+        cap = queue.subtree_quota.get(fr, 0) - guaranteed + limit
+        held = queue.usage.get(fr, 0) - guaranteed
+        if available(parent, fr) < (cap - held if held > 0 else cap):
+            return False
+    return True
 
 
 def _own_cursor(request: PreemptionRequest, own: _Own) -> _Cursor:
