@@ -73,6 +73,7 @@ class Preemptor:
     def _thaw(self) -> None:
         self._frozen = False
         self._found.clear()
+        self._index.release()
 
     def targets(self, request: PreemptionRequest) -> list[Target]:
         policy = request.queue.spec.preemption

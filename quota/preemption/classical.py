@@ -130,13 +130,17 @@ class CandidateIndex:
         ] = {}
 
     def refresh(self) -> None:
+        self.release()
+        self._ranked.sweep(self.state.queues)
+
+    def release(self) -> None:
+        """Drop what holds only while usage stands still."""
         self._over.clear()
         self._over_children.clear()
         self._reclaimable.clear()
         self._reclaimable_above.clear()
         self._sequences.clear()
         self._totals.clear()
-        self._ranked.sweep(self.state.queues)
 
     def over_nominal(self, node: ResourceNode, frs: frozenset[FlavorResource]) -> bool:
         """``not is_within_nominal(node, frs)``, as usage stood when first asked."""

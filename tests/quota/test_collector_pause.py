@@ -1,4 +1,5 @@
-"""The cyclic garbage collector is off while an admission cycle runs, and as it was after.
+"""The cyclic garbage collector is off while an admission cycle runs, and as it was after;
+and what the cycle's preemption searches collected is gone when it ends.
 
 The engine reads its clock inside the cycle, so a clock that looks at the collector
 sees what the cycle's own work sees."""
@@ -79,3 +80,32 @@ def test_left_off_when_it_was_off() -> None:
     finally:
         if was_on:
             gc.enable()
+
+
+def test_what_a_nomination_stage_collects_does_not_outlive_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The preemption searches' merged candidates (:class:`_Sequence`) hold only while
+    usage stands still; kept past the cycle, every young collection after it would walk
+    them (thousands per cycle over thousands of queues)."""
+    import random
+
+    from bench.admission import build_config, build_workloads
+    from quota.preemption import classical
+
+    built = 0
+    sequence = classical.CandidateIndex.sequence
+
+    def counted(self: classical.CandidateIndex, *args: object) -> classical._Sequence:
+        nonlocal built
+        built += 1
+        return sequence(self, *args)  # type: ignore[arg-type]  # the same arguments
+
+    monkeypatch.setattr(classical.CandidateIndex, "sequence", counted)
+    engine = QuotaEngine(build_config(20, preemption=True), clock=WatchingClock())
+    for workload in build_workloads(600, 20, random.Random(3)):
+        engine.add(workload)
+    for _ in engine.cycles(60):
+        alive = [o for o in gc.get_objects() if isinstance(o, classical._Sequence)]
+        assert alive == []
+    assert built > 0
