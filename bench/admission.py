@@ -3,7 +3,8 @@
 Prints one JSON line: workloads, queues, drain_s (wall), drain_cpu_s, cycles, cycle_p50_ms,
 cycle_p99_ms, admitted, preempted, admitted_per_s, peak_rss_mb, and the garbage collector's
 share of the timed part (gc_cpu_s, gc_full_collections) under the young-generation threshold
-``ignara serve`` runs with (gc_young_threshold; ``--gc-young-threshold 700`` for CPython's).
+``ignara serve`` runs with over as many queues (gc_young_threshold; ``--gc-young-threshold
+700`` for CPython's, which the floor of 50 per queue then raises).
 
 The tree has two levels: a root cohort ``org`` with one cohort per ten queues;
 each queue has nominal GPU quota in two flavors with a borrowing limit. With
@@ -404,10 +405,11 @@ def main() -> None:
         type=int,
         default=ServerSettings.gc_young_threshold,
         help="the collector's young generation, as `ignara serve` sets it "
-        "(IGNARA_GC_YOUNG_THRESHOLD; default %(default)s; 700 is CPython's own)",
+        "(IGNARA_GC_YOUNG_THRESHOLD; default %(default)s, and at least 50 per queue; "
+        "700 is CPython's own)",
     )
     args = parser.parse_args()
-    tune_collector(args.gc_young_threshold)
+    tune_collector(args.gc_young_threshold, queues=args.queues)
     if args.completions:
         figures = churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
         print(json.dumps(figures))

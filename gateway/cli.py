@@ -52,11 +52,11 @@ def serve(
         raise click.UsageError("--config and --seed exclude each other")
     settings = Settings.from_env()
     if seed_file is not None:
-        _migrate_and_apply(settings, seed_file, only_if_unconfigured=True)
+        queues = _migrate_and_apply(settings, seed_file, only_if_unconfigured=True)
     else:
-        _migrate_and_apply(settings, config_file)
+        queues = _migrate_and_apply(settings, config_file)
     app = create_app(settings)
-    tune_collector(settings.server.gc_young_threshold)
+    tune_collector(settings.server.gc_young_threshold, queues=queues)
     settle_the_heap()
     uvicorn.run(
         app,
@@ -78,9 +78,10 @@ def apply(file: str) -> None:
 
 def _migrate_and_apply(
     settings: Settings, config_file: str | None, *, only_if_unconfigured: bool = False
-) -> None:
+) -> int:
     """Bring the schema up to date and, given a file, make the database say what it says
-    (with ``only_if_unconfigured``, only when nothing was configured yet)."""
+    (with ``only_if_unconfigured``, only when nothing was configured yet). Returns how
+    many cluster queues the database then holds."""
     import asyncio
 
     from gateway.backends.registry import refused_secret_variable
@@ -88,38 +89,45 @@ def _migrate_and_apply(
     from gateway.services import create_private_database
     from quota.errors import ConfigError
     from tenants import Database, TenantsError, load_config_file
-    from tenants.services import apply_config, is_unconfigured
+    from tenants.services import apply_config, count_cluster_queues, is_unconfigured
 
-    async def run() -> str:
+    async def run() -> tuple[str, int]:
         create_private_database(settings.database.url)
         database = Database(settings.database.url)
         try:
             await database.migrate()
-            if config_file is None:
-                return "schema up to date"
-            config = load_config_file(config_file)
-            if (
-                error := refused_key_variable(config.models, settings.inference.key_rule)
-                or refused_secret_variable(config.backends, settings.backends.secret_rule)
-            ) is not None:
-                raise ConfigError(error)
+            message = await apply(database)
             async with database.session() as session:
-                if only_if_unconfigured and not await is_unconfigured(session):
-                    return (
-                        f"{config_file}: not applied, the database already holds a "
-                        f"configuration (kept as it is; `ignara apply {config_file}` "
-                        "would make it say what the file says)"
-                    )
-                report = await apply_config(session, config, actor="ignara apply")
-            return f"{config_file}: {report.summary()}"
+                return message, await count_cluster_queues(session)
         finally:
             await database.dispose()
 
+    async def apply(database: Database) -> str:
+        if config_file is None:
+            return "schema up to date"
+        config = load_config_file(config_file)
+        if (
+            error := refused_key_variable(config.models, settings.inference.key_rule)
+            or refused_secret_variable(config.backends, settings.backends.secret_rule)
+        ) is not None:
+            raise ConfigError(error)
+        async with database.session() as session:
+            if only_if_unconfigured and not await is_unconfigured(session):
+                return (
+                    f"{config_file}: not applied, the database already holds a "
+                    f"configuration (kept as it is; `ignara apply {config_file}` "
+                    "would make it say what the file says)"
+                )
+            report = await apply_config(session, config, actor="ignara apply")
+        return f"{config_file}: {report.summary()}"
+
     try:
-        click.echo(asyncio.run(run()), err=True)
+        message, queues = asyncio.run(run())
     except (ConfigError, TenantsError) as err:
         click.echo(f"cannot apply {config_file}: {err}", err=True)
         sys.exit(2)
+    click.echo(message, err=True)
+    return queues
 
 
 @main.command()

@@ -10,24 +10,35 @@ full collection: a walk of the whole heap that finds nothing to free. Measured w
 queues: 19 full collections, a third of the run. A young generation of 50,000 objects
 lets a cycle's objects die young: no full collection, the collector under 1 % of the run
 (README, "Benchmark: admission").
+
+The engine turns the collector off while a cycle runs. What a cycle leaves for the
+next (requeued heads' entries, pending reasons, scan states) grows with the queues
+that have a head, and most of it dies during the next cycle. Over 10,000 queues a cycle
+left more than 50,000 such objects, so a young collection followed every cycle and
+walked all of them before they died: a sixth of the run at 1,000,000 workloads over
+10,000 queues. The threshold is therefore at least :data:`YOUNG_PER_QUEUE` per
+cluster queue, which leaves it at 50,000 up to 1,000 queues.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["settle_the_heap", "tune_collector"]
+__all__ = ["YOUNG_PER_QUEUE", "settle_the_heap", "tune_collector"]
+
+YOUNG_PER_QUEUE = 50
 
 
-def tune_collector(young_threshold: int) -> None:
-    """Collect the young generation every ``young_threshold`` net allocations (the
-    older generations' thresholds unchanged)."""
+def tune_collector(young_threshold: int, *, queues: int = 0) -> None:
+    """Collect the young generation every ``young_threshold`` net allocations, or every
+    :data:`YOUNG_PER_QUEUE` per cluster queue of an engine over ``queues`` if that is
+    more (the older generations' thresholds unchanged)."""
     if young_threshold < 1:
         raise ValueError(
             f"the young generation's threshold must be positive, not {young_threshold}"
         )
     _, middle, oldest = gc.get_threshold()
-    gc.set_threshold(young_threshold, middle, oldest)
+    gc.set_threshold(max(young_threshold, YOUNG_PER_QUEUE * queues), middle, oldest)
 
 
 def settle_the_heap() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "ApplyReport",
     "BackendConfig",
     "apply_config",
+    "count_cluster_queues",
     "export_config",
     "is_unconfigured",
     "load_backend_config",
@@ -185,6 +186,11 @@ async def load_quota_config(session: AsyncSession) -> QuotaConfig:
         budget_period=BudgetPeriod((setting.spec if setting else {}).get("budget_period", "month")),
     )
     return to_quota_config(document)
+
+
+async def count_cluster_queues(session: AsyncSession) -> int:
+    """How many cluster queues are configured."""
+    return (await session.exec(select(func.count()).select_from(ClusterQueueRow))).one()
 
 
 async def is_unconfigured(session: AsyncSession) -> bool:

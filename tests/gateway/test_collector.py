@@ -1,5 +1,5 @@
-"""The garbage collector's young generation: a setting, and `ignara serve` applies it
-before it serves (gateway/process.py says why)."""
+"""The garbage collector's young generation: a setting, at least 50 per cluster queue,
+and `ignara serve` applies it before it serves (gateway/process.py says why)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from gateway.cli import main
-from gateway.process import tune_collector
+from gateway.process import YOUNG_PER_QUEUE, tune_collector
 from gateway.settings import ServerSettings, Settings
+from tenants import load_config_file
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ignara.example.yaml"
 
 
 @pytest.fixture
@@ -31,6 +34,17 @@ def test_the_young_generation_is_set_and_the_older_ones_kept(
 ) -> None:
     tune_collector(12_345)
     assert gc.get_threshold() == (12_345, thresholds[1], thresholds[2])
+
+
+@pytest.mark.parametrize(
+    ("queues", "expected"), [(0, 50_000), (1_000, 50_000), (1_001, 50_050), (10_000, 500_000)]
+)
+def test_many_queues_raise_the_young_generation(
+    thresholds: tuple[int, int, int], queues: int, expected: int
+) -> None:
+    # What a cycle leaves for the next grows with the queues (gateway/process.py).
+    tune_collector(50_000, queues=queues)
+    assert gc.get_threshold() == (expected, thresholds[1], thresholds[2])
 
 
 @pytest.mark.parametrize("threshold", [0, -700])
@@ -77,3 +91,25 @@ def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
     [(threshold, frozen)] = seen
     assert threshold == (4321, thresholds[1], thresholds[2])
     assert frozen > 0
+
+
+def test_serve_raises_the_collector_for_the_queues_it_is_configured_with(
+    thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, int, int]] = []
+    monkeypatch.setattr("uvicorn.run", lambda *args, **kwargs: seen.append(gc.get_threshold()))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--config", str(EXAMPLE)],
+        env={
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'ignara.db'}",
+            "IGNARA_GC_YOUNG_THRESHOLD": "10",
+            "IGNARA_ADMIN_KEY": "",
+        },
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    queues = len(load_config_file(str(EXAMPLE)).cluster_queues)
+    assert queues > 0
+    assert seen == [(YOUNG_PER_QUEUE * queues, thresholds[1], thresholds[2])]
