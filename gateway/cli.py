@@ -96,13 +96,13 @@ def _migrate_and_apply(
         database = Database(settings.database.url)
         try:
             await database.migrate()
-            message = await apply(database)
+            message = await apply_file(database)
             async with database.session() as session:
                 return message, await count_cluster_queues(session)
         finally:
             await database.dispose()
 
-    async def apply(database: Database) -> str:
+    async def apply_file(database: Database) -> str:
         if config_file is None:
             return "schema up to date"
         config = load_config_file(config_file)
