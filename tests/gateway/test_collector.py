@@ -68,9 +68,11 @@ def test_a_bad_threshold_in_the_environment_is_refused_by_name(raw: str) -> None
         Settings.from_env({"IGNARA_GC_YOUNG_THRESHOLD": raw})
 
 
-def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
-    thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str, threshold: str
+) -> list[tuple[tuple[int, int, int], int]]:
+    """Run `ignara serve` on a fresh database, uvicorn stubbed: the collector's thresholds
+    and freeze count as they stood when it would have started serving."""
     seen: list[tuple[tuple[int, int, int], int]] = []
     monkeypatch.setattr(
         "uvicorn.run",
@@ -79,16 +81,22 @@ def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(
         main,
-        ["serve"],
+        ["serve", *args],
         env={
             "DATABASE_URL": f"sqlite:///{tmp_path / 'ignara.db'}",
-            "IGNARA_GC_YOUNG_THRESHOLD": "4321",
+            "IGNARA_GC_YOUNG_THRESHOLD": threshold,
             "IGNARA_ADMIN_KEY": "",
         },
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
-    [(threshold, frozen)] = seen
+    return seen
+
+
+def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
+    thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [(threshold, frozen)] = _serve(tmp_path, monkeypatch, threshold="4321")
     assert threshold == (4321, thresholds[1], thresholds[2])
     assert frozen > 0
 
@@ -96,20 +104,7 @@ def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
 def test_serve_raises_the_collector_for_the_queues_it_is_configured_with(
     thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[int, int, int]] = []
-    monkeypatch.setattr("uvicorn.run", lambda *args, **kwargs: seen.append(gc.get_threshold()))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(
-        main,
-        ["serve", "--config", str(EXAMPLE)],
-        env={
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'ignara.db'}",
-            "IGNARA_GC_YOUNG_THRESHOLD": "10",
-            "IGNARA_ADMIN_KEY": "",
-        },
-        catch_exceptions=False,
-    )
-    assert result.exit_code == 0, result.output
+    [(threshold, _)] = _serve(tmp_path, monkeypatch, "--config", str(EXAMPLE), threshold="10")
     queues = len(load_config_file(str(EXAMPLE)).cluster_queues)
     assert queues > 0
-    assert seen == [(YOUNG_PER_QUEUE * queues, thresholds[1], thresholds[2])]
+    assert threshold == (YOUNG_PER_QUEUE * queues, thresholds[1], thresholds[2])
