@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from litestar import Litestar
@@ -138,8 +139,12 @@ class GatewayApp(Litestar):
         return sending
 
 
-def create_app(settings: Settings | None = None) -> GatewayApp:
+def create_app(
+    settings: Settings | None = None, *, on_queues: Callable[[int], None] | None = None
+) -> GatewayApp:
+    """``on_queues``: told how many cluster queues each config it loads has."""
     services = Services.build(settings or Settings.from_env())
+    services.on_queues = on_queues
     console, console_closers = gateway_console(services.settings, services.database)
     return GatewayApp(
         inference_routes=InferenceRoutes(

@@ -55,8 +55,10 @@ def serve(
         queues = _migrate_and_apply(settings, seed_file, only_if_unconfigured=True)
     else:
         queues = _migrate_and_apply(settings, config_file)
-    app = create_app(settings)
-    tune_collector(settings.server.gc_young_threshold, queues=queues)
+    young = settings.server.gc_young_threshold
+    tune_collector(young, queues=queues)
+    # Again at each config load: queues added later raise the threshold too.
+    app = create_app(settings, on_queues=lambda count: tune_collector(young, queues=count))
     settle_the_heap()
     uvicorn.run(
         app,

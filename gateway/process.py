@@ -17,7 +17,8 @@ that have a head, and most of it dies during the next cycle. Over 10,000 queues 
 left more than 50,000 such objects, so a young collection followed every cycle and
 walked all of them before they died: a sixth of the run at 1,000,000 workloads over
 10,000 queues. The threshold is therefore at least :data:`YOUNG_PER_QUEUE` per
-cluster queue, which leaves it at 50,000 up to 1,000 queues.
+cluster queue, which leaves it at 50,000 up to 1,000 queues. ``ignara serve`` applies it
+when it starts and again at each config load (``Services.on_queues``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +116,9 @@ class Services:
     # The newest event and audit ids, read once for all of this process's event streams
     # (gateway.newest_ids); None: each stream polls on its own.
     newest_ids: NewestIds | None = None
+    # Told how many cluster queues each loaded config has (`ignara serve` tunes the
+    # collector by it: gateway.process); None: nobody asks.
+    on_queues: Callable[[int], None] | None = None
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -223,6 +226,8 @@ class Services:
             if self.spent_before_start is None and not self.inference.ledger.durable:
                 self.spent_before_start = await spent_budgets(session)
         await self.registry.apply(backend_config)
+        if self.on_queues is not None:
+            self.on_queues(len(quota.cluster_queues))
         self.queue_groups = {
             queue.name: tuple(
                 (frozenset(g.resources), tuple(f.name for f in g.flavors))

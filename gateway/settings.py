@@ -23,7 +23,7 @@ class ServerSettings:
     # The garbage collector's young generation (IGNARA_GC_YOUNG_THRESHOLD; CPython's
     # default is 700): large enough that an admission cycle's objects die young instead
     # of filling the oldest generation; `ignara serve` raises it to 50 per cluster
-    # queue configured when it starts (gateway/process.py).
+    # queue configured, at start and at each config load (gateway/process.py).
     gc_young_threshold: int = 50_000
     # Event streams (GET /api/v1/admin/events, the console's live updates) open at once:
     # per tenant, all its keys and sessions together (IGNARA_EVENT_STREAMS_PER_TENANT;

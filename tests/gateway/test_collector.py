@@ -3,17 +3,22 @@ and `ignara serve` applies it before it serves (gateway/process.py says why)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from gateway.cli import main
+from gateway.app import create_app
+from gateway.cli import _migrate_and_apply, main
 from gateway.process import YOUNG_PER_QUEUE, tune_collector
+from gateway.services import Services
 from gateway.settings import ServerSettings, Settings
 from tenants import load_config_file
+from tests.support.serve import serving
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ignara.example.yaml"
 
@@ -70,13 +75,13 @@ def test_a_bad_threshold_in_the_environment_is_refused_by_name(raw: str) -> None
 
 def _serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str, threshold: str
-) -> list[tuple[tuple[int, int, int], int]]:
+) -> list[tuple[tuple[int, int, int], int, Any]]:
     """Run `ignara serve` on a fresh database, uvicorn stubbed: the collector's thresholds
-    and freeze count as they stood when it would have started serving."""
-    seen: list[tuple[tuple[int, int, int], int]] = []
+    and freeze count as they stood when it would have started serving, and the app."""
+    seen: list[tuple[tuple[int, int, int], int, Any]] = []
     monkeypatch.setattr(
         "uvicorn.run",
-        lambda *args, **kwargs: seen.append((gc.get_threshold(), gc.get_freeze_count())),
+        lambda app, **kwargs: seen.append((gc.get_threshold(), gc.get_freeze_count(), app)),
     )
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(
@@ -96,7 +101,7 @@ def _serve(
 def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
     thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    [(threshold, frozen)] = _serve(tmp_path, monkeypatch, threshold="4321")
+    [(threshold, frozen, _)] = _serve(tmp_path, monkeypatch, threshold="4321")
     assert threshold == (4321, thresholds[1], thresholds[2])
     assert frozen > 0
 
@@ -104,7 +109,36 @@ def test_serve_sets_the_collector_and_freezes_its_start_up_heap_before_serving(
 def test_serve_raises_the_collector_for_the_queues_it_is_configured_with(
     thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    [(threshold, _)] = _serve(tmp_path, monkeypatch, "--config", str(EXAMPLE), threshold="10")
+    [(threshold, _, _)] = _serve(tmp_path, monkeypatch, "--config", str(EXAMPLE), threshold="10")
     queues = len(load_config_file(str(EXAMPLE)).cluster_queues)
     assert queues > 0
     assert threshold == (YOUNG_PER_QUEUE * queues, thresholds[1], thresholds[2])
+
+
+def test_serve_raises_the_collector_again_when_a_config_load_brings_more_queues(
+    thresholds: tuple[int, int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A config grown after start-up: each load tells the app its queue count.
+    [(_, _, app)] = _serve(tmp_path, monkeypatch, threshold="4321")
+    services: Services = app.state["services"]
+    assert services.on_queues is not None
+    services.on_queues(2_000)
+    assert gc.get_threshold() == (2_000 * YOUNG_PER_QUEUE, thresholds[1], thresholds[2])
+    services.on_queues(3)
+    assert gc.get_threshold() == (4321, thresholds[1], thresholds[2])
+
+
+def test_each_config_load_tells_how_many_cluster_queues_it_has(settings: Settings) -> None:
+    _migrate_and_apply(settings, str(EXAMPLE))
+    queues = len(load_config_file(str(EXAMPLE)).cluster_queues)
+    seen: list[int] = []
+    app = create_app(settings, on_queues=seen.append)
+    services: Services = app.state["services"]
+
+    async def start_then_reload() -> None:
+        async with serving(app):
+            assert seen == [queues]  # the load at start-up
+            await services.reload_config()
+
+    asyncio.run(start_then_reload())
+    assert seen == [queues, queues]
