@@ -116,4 +116,4 @@ replay: install
 		--timeout $(REPLAY_TIMEOUT) --engine $(REPLAY_ENGINE) --out .artifacts/replay
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(VENDOR) $(CONSOLE_ASSETS)/node_modules .artifacts/mypyc
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(VENDOR) $(CONSOLE_ASSETS)/node_modules .artifacts/mypyc .artifacts/huge-arenas

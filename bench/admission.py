@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
+from bench import huge_arenas
 from gateway.process import tune_collector
 from gateway.settings import ServerSettings
 from quota import (
@@ -408,11 +409,19 @@ def main() -> None:
         "(IGNARA_GC_YOUNG_THRESHOLD; default %(default)s, and at least 50 per queue; "
         "700 is CPython's own)",
     )
+    parser.add_argument(
+        "--huge-page-arenas",
+        action="store_true",
+        help="back pymalloc's arenas with transparent huge pages (bench/huge_arenas.py): "
+        "how much of a large heap's cost is address translation",
+    )
     args = parser.parse_args()
+    if args.huge_page_arenas:
+        huge_arenas.install()
     tune_collector(args.gc_young_threshold, queues=args.queues)
     if args.completions:
         figures = churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
-        print(json.dumps(figures))
+        print(json.dumps({**figures, "huge_page_arenas": huge_arenas.stats()}))
         return
     if args.estimates:
         figures = estimates(args.workloads, args.queues, args.seed, args.estimates, args.preemption)

@@ -1,22 +1,27 @@
 """How the admission churn grows with tenfold workloads: in time and in instructions.
 
-Plays ``bench/admission.py --preemption --completions`` at a small and a large size, each
-run in a process of its own, alternating small and large ``--rounds`` times (a shared
-machine drifts; runs side by side see the same machine), with the compiled engine unless
-``--engine python``. Prints one JSON object: each pair's CPU seconds and ratio, the
-median ratio, and the bound n log n allows (n: the workloads). With ``--instructions``,
-each size once more under valgrind's callgrind, counting only inside the engine's three
-calls (``QuotaEngine.schedule_once``, ``add``, ``finish``): free of the machine's noise
-and of what a larger heap costs each instruction, but some 50 times slower (100,000
-workloads on 1,000 queues take about 6 minutes).
+Plays ``bench/admission.py --preemption --completions`` at a small and a large size, or
+along a curve of sizes (``--sizes``), each run in a process of its own, every size once
+per round for ``--rounds`` rounds (a shared machine drifts; runs side by side see the same
+machine), with the compiled engine unless ``--engine python``. Prints one JSON object:
+per size its CPU seconds and their median's cost per n log n (n: the workloads); per step
+to the next size the ratio within each round, the median ratio, and the bound n log n
+allows. A cost per n log n that rises at one step and is level on either side of it is a
+step (a heap that outgrew a cache), not a rate of growth. With ``--instructions``, each
+size once more under valgrind's callgrind, counting only inside the engine's three calls
+(``QuotaEngine.schedule_once``, ``add``, ``finish``): free of the machine's noise and of
+what a larger heap costs each instruction, but some 50 times slower (100,000 workloads on
+1,000 queues take about 6 minutes).
 
     python -m bench.growth --small 10000:1000 --large 100000:1000 --rounds 3
     python -m bench.growth --small 10000:100 --large 100000:1000 --instructions
+    python -m bench.growth --sizes 10000:100,100000:1000,1000000:10000
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -28,11 +33,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import compile_engine
+from bench import compile_engine, huge_arenas
 
 # The engine's three calls, as the compiled engine names them (callgrind counts inside).
 ENGINE_CALLS = ("schedule_once", "add", "finish")
 DECISIONS = ("cycles", "admitted", "preempted", "completed")
+# Set in the children's environment by --huge-page-arenas (read by churn()).
+HUGE_PAGES = "IGNARA_BENCH_HUGE_PAGE_ARENAS"
 
 
 def size(text: str) -> tuple[int, int]:
@@ -57,6 +64,7 @@ def churn(
     command = [
         *prefix, sys.executable, "-P", "-m", "bench.admission", "--preemption", "--completions",
         "--workloads", str(workloads), "--queues", str(queues),
+        *(["--huge-page-arenas"] if env.get(HUGE_PAGES) else []),
     ]  # fmt: skip
     done = subprocess.run(command, check=True, env=env, capture_output=True, text=True)
     figures: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -82,14 +90,66 @@ def same_decisions(runs: Sequence[dict[str, object]]) -> bool:
     return len({tuple(run[k] for k in DECISIONS) for run in runs}) == 1
 
 
+def sizes(text: str) -> list[tuple[int, int]]:
+    """``WORKLOADS:QUEUES,WORKLOADS:QUEUES,...``: two or more, ascending workloads."""
+    parsed = [size(part) for part in text.split(",")]
+    if len(parsed) < 2 or any(a[0] >= b[0] for a, b in itertools.pairwise(parsed)):
+        raise argparse.ArgumentTypeError(f"{text!r}: give two or more sizes, ascending workloads")
+    return parsed
+
+
+def label(point: tuple[int, int]) -> str:
+    return f"{point[0]}:{point[1]}"
+
+
+def curve(
+    points: Sequence[tuple[int, int]], cpu: Sequence[Sequence[float]]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Per size, its CPU seconds by round and what they cost per n log n (n: workloads);
+    per step to the next size, the ratio within each round, the median, and n log n's.
+    A cost per n log n that rises at one step and levels off after it is a step (a
+    cache outgrown), not a growth rate."""
+    points_out = []
+    for (workloads, queues), seconds in zip(points, cpu, strict=True):
+        median = statistics.median(seconds)
+        points_out.append(
+            {
+                "workloads": workloads,
+                "queues": queues,
+                "cpu_s": list(seconds),
+                "median_cpu_s": round(median, 3),
+                "ns_per_n_log_n": round(median / (workloads * math.log(workloads)) * 1e9, 1),
+            }
+        )
+    steps: list[dict[str, object]] = []
+    for i, (a, b) in enumerate(itertools.pairwise(points)):
+        ratios = [round(large / small, 2) for small, large in zip(cpu[i], cpu[i + 1], strict=True)]
+        steps.append(
+            {
+                "from": label(a),
+                "to": label(b),
+                "n_log_n": round(n_log_n(a[0], b[0]), 2),
+                "ratios": ratios,
+                "median_ratio": statistics.median(ratios),
+            }
+        )
+    return points_out, steps
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=size, default=(10_000, 1_000), help="WORKLOADS:QUEUES")
     parser.add_argument("--large", type=size, default=(100_000, 1_000), help="WORKLOADS:QUEUES")
-    parser.add_argument("--rounds", type=int, default=3, help="pairs to play")
+    parser.add_argument(
+        "--sizes", type=sizes, help="a curve instead: WORKLOADS:QUEUES,... (ascending)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="times to play every size")
     parser.add_argument("--instructions", action="store_true", help="also count instructions")
     parser.add_argument("--engine", choices=("compiled", "python"), default="compiled")
     parser.add_argument("--build", default=".artifacts/mypyc", help="where the build is kept")
+    parser.add_argument(
+        "--huge-page-arenas", action="store_true", help="every run with admission.py's"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
@@ -100,38 +160,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.engine == "compiled":
         paths.insert(0, str(compile_engine.build(Path(args.build).resolve())))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env.pop(HUGE_PAGES, None)
+    if args.huge_page_arenas:
+        huge_arenas.build()  # once, before the runs
+        env[HUGE_PAGES] = "1"
 
-    small: tuple[int, int] = args.small
-    large: tuple[int, int] = args.large
-    runs: dict[str, list[dict[str, object]]] = {"small": [], "large": []}
-    pairs = []
+    points: list[tuple[int, int]] = args.sizes or [args.small, args.large]
+    runs: list[list[dict[str, object]]] = [[] for _ in points]
     for _ in range(args.rounds):
-        runs["small"].append(churn(*small, env))
-        runs["large"].append(churn(*large, env))
-        cpu = [float(str(runs[k][-1]["drain_cpu_s"])) for k in ("small", "large")]
-        pairs.append(
-            {"small_cpu_s": cpu[0], "large_cpu_s": cpu[1], "ratio": round(cpu[1] / cpu[0], 2)}
-        )
+        # Every size once per round, side by side: a shared machine drifts.
+        for point, played in zip(points, runs, strict=True):
+            played.append(churn(*point, env))
+    cpu = [[float(str(run["drain_cpu_s"])) for run in played] for played in runs]
+    points_out, steps = curve(points, cpu)
     result: dict[str, object] = {
-        "small": {"workloads": small[0], "queues": small[1]},
-        "large": {"workloads": large[0], "queues": large[1]},
         "engine": args.engine,
-        "n_log_n": round(n_log_n(small[0], large[0]), 2),
-        "time": {
-            "pairs": pairs,
-            "median_ratio": round(statistics.median(p["ratio"] for p in pairs), 2),
-        },
+        "huge_page_arenas": args.huge_page_arenas,
+        "sizes": points_out,
+        "steps": steps,
         # The same decisions every round (the engine is deterministic; a difference is a bug).
-        "same_decisions": same_decisions(runs["small"]) and same_decisions(runs["large"]),
-        "decisions": {k: {d: v[0][d] for d in DECISIONS} for k, v in runs.items()},
+        "same_decisions": all(same_decisions(played) for played in runs),
+        "decisions": {
+            label(point): {d: played[0][d] for d in DECISIONS}
+            for point, played in zip(points, runs, strict=True)
+        },
     }
     if args.instructions:
-        counted_small = instructions(*small, env)
-        counted_large = instructions(*large, env)
+        counted = [instructions(*point, env) for point in points]
         result["instructions"] = {
-            "small": counted_small,
-            "large": counted_large,
-            "ratio": round(counted_large / counted_small, 2),
+            "counts": {label(p): c for p, c in zip(points, counted, strict=True)},
+            "ratios": [round(b / a, 2) for a, b in itertools.pairwise(counted)],
         }
     print(json.dumps(result))
 
