@@ -38,8 +38,6 @@ from bench import compile_engine, huge_arenas
 # The engine's three calls, as the compiled engine names them (callgrind counts inside).
 ENGINE_CALLS = ("schedule_once", "add", "finish")
 DECISIONS = ("cycles", "admitted", "preempted", "completed")
-# Set in the children's environment by --huge-page-arenas (read by churn()).
-HUGE_PAGES = "IGNARA_BENCH_HUGE_PAGE_ARENAS"
 
 
 def size(text: str) -> tuple[int, int]:
@@ -59,19 +57,24 @@ def n_log_n(small: int, large: int) -> float:
 
 
 def churn(
-    workloads: int, queues: int, env: dict[str, str], prefix: Sequence[str] = ()
+    workloads: int,
+    queues: int,
+    env: dict[str, str],
+    flags: Sequence[str] = (),
+    prefix: Sequence[str] = (),
 ) -> dict[str, object]:
     command = [
         *prefix, sys.executable, "-P", "-m", "bench.admission", "--preemption", "--completions",
-        "--workloads", str(workloads), "--queues", str(queues),
-        *(["--huge-page-arenas"] if env.get(HUGE_PAGES) else []),
+        "--workloads", str(workloads), "--queues", str(queues), *flags,
     ]  # fmt: skip
     done = subprocess.run(command, check=True, env=env, capture_output=True, text=True)
     figures: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 
 
-def instructions(workloads: int, queues: int, env: dict[str, str]) -> int:
+def instructions(
+    workloads: int, queues: int, env: dict[str, str], flags: Sequence[str] = ()
+) -> int:
     """Instructions inside the engine's calls."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
@@ -79,7 +82,7 @@ def instructions(workloads: int, queues: int, env: dict[str, str]) -> int:
             f"--toggle-collect=CPyDef_engine___QuotaEngine___{call}" for call in ENGINE_CALLS
         ]
         prefix = ["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={out}"]
-        churn(workloads, queues, env, prefix)
+        churn(workloads, queues, env, flags, prefix)
         for line in out.read_text().splitlines():
             if line.startswith("summary:"):
                 return int(line.split()[1])
@@ -105,10 +108,9 @@ def label(point: tuple[int, int]) -> str:
 def curve(
     points: Sequence[tuple[int, int]], cpu: Sequence[Sequence[float]]
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Per size, its CPU seconds by round and what they cost per n log n (n: workloads);
-    per step to the next size, the ratio within each round, the median, and n log n's.
-    A cost per n log n that rises at one step and levels off after it is a step (a
-    cache outgrown), not a growth rate."""
+    """Per size (``cpu``: its CPU seconds by round), the median's cost per n log n (n:
+    the workloads); per step to the next size, the ratio within each round, their
+    median, and n log n's."""
     points_out = []
     for (workloads, queues), seconds in zip(points, cpu, strict=True):
         median = statistics.median(seconds)
@@ -122,8 +124,10 @@ def curve(
             }
         )
     steps: list[dict[str, object]] = []
-    for i, (a, b) in enumerate(itertools.pairwise(points)):
-        ratios = [round(large / small, 2) for small, large in zip(cpu[i], cpu[i + 1], strict=True)]
+    for (a, b), (before, after) in zip(
+        itertools.pairwise(points), itertools.pairwise(cpu), strict=True
+    ):
+        ratios = [round(large / small, 2) for small, large in zip(before, after, strict=True)]
         steps.append(
             {
                 "from": label(a),
@@ -160,17 +164,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.engine == "compiled":
         paths.insert(0, str(compile_engine.build(Path(args.build).resolve())))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env.pop(HUGE_PAGES, None)
+    flags: list[str] = []
     if args.huge_page_arenas:
         huge_arenas.build()  # once, before the runs
-        env[HUGE_PAGES] = "1"
+        flags.append("--huge-page-arenas")
 
     points: list[tuple[int, int]] = args.sizes or [args.small, args.large]
     runs: list[list[dict[str, object]]] = [[] for _ in points]
     for _ in range(args.rounds):
         # Every size once per round, side by side: a shared machine drifts.
         for point, played in zip(points, runs, strict=True):
-            played.append(churn(*point, env))
+            played.append(churn(*point, env, flags))
     cpu = [[float(str(run["drain_cpu_s"])) for run in played] for played in runs]
     points_out, steps = curve(points, cpu)
     result: dict[str, object] = {
@@ -186,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     }
     if args.instructions:
-        counted = [instructions(*point, env) for point in points]
+        counted = [instructions(*point, env, flags) for point in points]
         result["instructions"] = {
             "counts": {label(p): c for p, c in zip(points, counted, strict=True)},
             "ratios": [round(b / a, 2) for a, b in itertools.pairwise(counted)],
