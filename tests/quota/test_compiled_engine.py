@@ -6,17 +6,14 @@ own process; the compiled one is checked to have loaded the extension modules.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import compile_engine
+from tests.support.python_runs import run_python
 
 FIXTURES = Path(__file__).parent / "replay_fixtures"
-ROOT = compile_engine.ROOT
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +22,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(args: list[str], compiled: Path | None) -> str:
-    env = dict(os.environ)
-    paths = [str(ROOT)] if compiled is None else [str(compiled), str(ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    # -P: nothing before PYTHONPATH (``-m`` would put the working directory first).
-    done = subprocess.run(
-        [sys.executable, "-P", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_python(args, [] if compiled is None else [compiled])
 
 
 def test_the_build_is_kept_until_the_source_changes(compiled: Path) -> None:

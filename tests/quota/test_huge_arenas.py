@@ -7,16 +7,12 @@ cannot be taken out of a process once in."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench import huge_arenas
-
-ROOT = huge_arenas.ROOT
+from tests.support.python_runs import run_python
 
 # Made after install(): about 120 MiB of lists, checked, freed, made again. Then the
 # mapping of the first region, from /proc/self/smaps: its VmFlags carry "hg" when
@@ -47,16 +43,6 @@ print(json.dumps({"made": made, "freed": freed, "remade": remade, "flags": flags
 """
 
 
-def _python(args: list[str]) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-P", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return huge_arenas.build(tmp_path_factory.mktemp("huge-arenas"))
@@ -69,7 +55,7 @@ def test_the_build_is_kept_until_the_source_changes(built: Path) -> None:
 
 
 def test_arenas_come_from_advised_regions_and_are_reused(built: Path) -> None:
-    seen = json.loads(_python(["-c", _PROBE, str(built)]).strip().splitlines()[-1])
+    seen = json.loads(run_python(["-c", _PROBE, str(built)]).strip().splitlines()[-1])
     made, freed, remade = seen["made"], seen["freed"], seen["remade"]
     # About 120 MiB of lists and their ints: at least 90 arenas of 1 MiB, two regions.
     assert made["most_arenas"] >= 90 and made["regions"] >= 2
@@ -81,8 +67,8 @@ def test_arenas_come_from_advised_regions_and_are_reused(built: Path) -> None:
 def test_the_benchmark_decides_the_same_with_huge_page_arenas() -> None:
     args = ["-m", "bench.admission", "--preemption", "--completions", "--workloads", "2000",
             "--queues", "20"]  # fmt: skip
-    plain = json.loads(_python(args).strip().splitlines()[-1])
-    huge = json.loads(_python([*args, "--huge-page-arenas"]).strip().splitlines()[-1])
+    plain = json.loads(run_python(args).strip().splitlines()[-1])
+    huge = json.loads(run_python([*args, "--huge-page-arenas"]).strip().splitlines()[-1])
     assert plain["huge_page_arenas"] is None
     assert huge["huge_page_arenas"]["most_arenas"] > 0
     decisions = ("cycles", "admitted", "preempted", "completed")
