@@ -15,8 +15,8 @@ from bench import huge_arenas
 from tests.support.python_runs import run_python
 
 # Made after install(): about 120 MiB of lists, checked, freed, made again. Then the
-# mapping of the first region, from /proc/self/smaps: its VmFlags carry "hg" when
-# madvise(MADV_HUGEPAGE) was taken.
+# flags of the mapping that holds the first list made again, from /proc/self/smaps:
+# "hg" when madvise(MADV_HUGEPAGE) was taken there.
 _PROBE = """
 import json, sys
 from pathlib import Path
@@ -36,7 +36,7 @@ for line in open("/proc/self/smaps"):
     head = line.split()
     if "-" in head[0] and len(head) >= 5:
         start, end = (int(x, 16) for x in head[0].split("-"))
-        inside = any(start <= id(pair) < end for pair in again[:1])
+        inside = start <= id(again[0]) < end
     elif inside and line.startswith("VmFlags:"):
         flags = line.split()[1:]
 print(json.dumps({"made": made, "freed": freed, "remade": remade, "flags": flags}))
