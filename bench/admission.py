@@ -419,18 +419,21 @@ def main() -> None:
     if args.huge_page_arenas:
         huge_arenas.install()
     tune_collector(args.gc_young_threshold, queues=args.queues)
+    figures = measure(args)
+    if args.huge_page_arenas:
+        figures["huge_page_arenas"] = huge_arenas.stats()
+    print(json.dumps(figures))
+
+
+def measure(args: argparse.Namespace) -> dict[str, object]:
+    """The figures of the run the arguments ask for."""
     if args.completions:
-        figures = churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
-        print(json.dumps({**figures, "huge_page_arenas": huge_arenas.stats()}))
-        return
+        return churn(args.workloads, args.queues, args.seed, args.preemption, args.max_cycles)
     if args.estimates:
-        figures = estimates(args.workloads, args.queues, args.seed, args.estimates, args.preemption)
-        print(json.dumps(figures))
-        return
+        return estimates(args.workloads, args.queues, args.seed, args.estimates, args.preemption)
     plain = run(args.workloads, args.queues, args.seed, args.preemption)
     if not args.budgets:
-        print(json.dumps(plain))
-        return
+        return plain
     plains, budgeted = [plain], []
     for i in range(args.repeat):
         if i:
@@ -442,17 +445,13 @@ def main() -> None:
         "budgets": {key: statistics.median(float(r[key]) for r in budgeted) for key in timed},  # type: ignore[arg-type]
     }
     ratio = {key: round(medians["budgets"][key] / medians["plain"][key], 3) for key in timed}
-    print(
-        json.dumps(
-            {
-                "pairs": args.repeat,
-                "plain": plains[-1],
-                "budgets": budgeted[-1],
-                "medians": medians,
-                "budgets_over_plain": ratio,
-            }
-        )
-    )
+    return {
+        "pairs": args.repeat,
+        "plain": plains[-1],
+        "budgets": budgeted[-1],
+        "medians": medians,
+        "budgets_over_plain": ratio,
+    }
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from bench import builds
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "quota"
@@ -67,26 +68,14 @@ def build(out: Path) -> Path:
     """Build into ``out`` unless it holds a build of the current source; returns the
     directory to put on ``PYTHONPATH``."""
     target = out / "src"
-    stamp = out / "source.sha256"
     digest = source_digest()
-    if stamp.exists() and stamp.read_text() == digest and (target / "quota").is_dir():
+    if builds.is_current(out, digest, (target / "quota").is_dir):
         return target
     shutil.rmtree(out, ignore_errors=True)
     target.mkdir(parents=True)
     shutil.copytree(PACKAGE, target / "quota", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    log = out / "build.log"
-    with log.open("w") as sink:
-        done = subprocess.run(
-            [sys.executable, "-m", "mypyc", *MODULES],
-            cwd=target,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"mypyc failed (exit {done.returncode}); see {log}")
+    builds.run_logged([sys.executable, "-m", "mypyc", *MODULES], out, digest, "mypyc", cwd=target)
     shutil.rmtree(target / "build", ignore_errors=True)
-    stamp.write_text(digest)
     return target
 
 

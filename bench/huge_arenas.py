@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import subprocess
 import sys
 from pathlib import Path
+
+from bench import builds
 
 __all__ = ["DEFAULT_OUT", "build", "install", "stats"]
 
@@ -44,22 +45,12 @@ command.run()
 def build(out: Path = DEFAULT_OUT) -> Path:
     """Build the extension into ``out`` unless it holds a build of the current source;
     returns the directory to import it from."""
-    stamp = out / "source.sha256"
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text() == digest and any(out.glob(f"{MODULE}.*")):
+    if builds.is_current(out, digest, lambda: any(out.glob(f"{MODULE}.*"))):
         return out
     out.mkdir(parents=True, exist_ok=True)
-    log = out / "build.log"
-    with log.open("w") as sink:
-        done = subprocess.run(
-            [sys.executable, "-c", _SETUP, MODULE, str(SOURCE), str(out), str(out / "tmp")],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"building {SOURCE.name} failed (exit {done.returncode}); see {log}")
-    stamp.write_text(digest)
+    command = [sys.executable, "-c", _SETUP, MODULE, str(SOURCE), str(out), str(out / "tmp")]
+    builds.run_logged(command, out, digest, f"building {SOURCE.name}")
     return out
 
 
