@@ -18,7 +18,17 @@ from litestar.params import Parameter
 
 from gateway.console.api import ConsoleApi
 from gateway.console.base import ConsolePages, FormError, form_text, page, redirect, showing_error
-from gateway.console.html import esc, field, form, message, select, table, textarea
+from gateway.console.html import (
+    esc,
+    field,
+    form,
+    message,
+    object_page,
+    select,
+    table,
+    textarea,
+    version_field,
+)
 from gateway.console.pages import _items
 from gateway.console.sessions import Session
 
@@ -188,7 +198,7 @@ class BackendPages(ConsolePages):
             }
         )
         served = (await _flavors_by_backend(api)).get(name, [])
-        hidden = f'<input type="hidden" name="version" value="{esc(version)}">'
+        hidden = version_field(version)
         base = f"/console/backends/{quote(name)}"
         edit = form(
             f"{base}/save",
@@ -201,13 +211,12 @@ class BackendPages(ConsolePages):
             test_id="edit-backend",
         )
         remove = form(f"{base}/delete", session.csrf, hidden, button="Delete backend", danger=True)
-        shown = error and message("error", esc(error), test_id="form-error")
-        body = (
-            shown + f'<p class="muted">version {esc(version)} · flavors it runs: '
+        about = (
+            f'<p class="muted">version {esc(version)} · flavors it runs: '
             f"{esc(', '.join(served) or 'none')} · "
             '<a href="/console/backends">all backends</a></p>'
-            + f'<div class="card">{edit}</div><h2>Delete</h2>{remove}'
         )
+        body = object_page(error, about, edit, remove)
         return page(session, f"Backend {name}", body, "/console/backends", status)
 
     @post("/backends/{name:str}/save")
@@ -244,16 +253,13 @@ class BackendPages(ConsolePages):
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), status=422)
         afresh = showing_error(self._edit, request, session, name)
-        return await self.change(
+        return await self.remove(
             request,
             session,
-            "DELETE",
             f"/api/v1/admin/config/backends/{name}",
             version,
             again=afresh,
-            afresh=afresh,
             stale=STALE,
-            refused="Not deleted: ",
             done=f"Backend {esc(name)} deleted.",
             to="/console/backends",
         )

@@ -165,3 +165,31 @@ class ConsolePages(Controller):
         said = done(answer) if callable(done) else done
         await self.flash(request, session, message("ok", said, test_id="saved"))
         return _redirect(to)
+
+    async def remove(
+        self,
+        request: Request[Any, Any, Any],
+        session: Session,
+        path: str,
+        version: str | int,
+        *,
+        again: Again,
+        stale: str,
+        done: str,
+        to: str,
+    ) -> Response[Any]:
+        """:meth:`change` deleting the API's ``path``: a refusal or a stale version shows
+        the object's page ``again``, as it now stands, with the reason."""
+        return await self.change(
+            request,
+            session,
+            "DELETE",
+            path,
+            version,
+            again=again,
+            afresh=again,
+            stale=stale,
+            refused="Not deleted: ",
+            done=done,
+            to=to,
+        )

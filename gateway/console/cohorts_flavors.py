@@ -19,8 +19,17 @@ from litestar import Request, Response, get, post
 from litestar.params import Parameter
 
 from gateway.console.api import Answer, ConsoleApi
-from gateway.console.base import FormError, form_text, page
-from gateway.console.html import esc, field, form, message, select, table
+from gateway.console.base import FormError, form_text, page, showing_error
+from gateway.console.html import (
+    esc,
+    field,
+    form,
+    message,
+    object_page,
+    select,
+    table,
+    version_field,
+)
 from gateway.console.pages import _items, _number
 from gateway.console.quota_grid import (
     PlatformPages,
@@ -37,10 +46,6 @@ __all__ = ["CohortPages", "FlavorPages", "cohort_section"]
 NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 ObjectName = Annotated[str, Parameter(pattern=NAME)]
 LOCAL = "local"
-
-
-def _hidden(version: object) -> str:
-    return f'<input type="hidden" name="version" value="{esc(version)}">'
 
 
 async def _names(api: ConsoleApi, kind: str) -> list[str]:
@@ -96,9 +101,7 @@ class _ObjectPages(PlatformPages):
             again=lambda error, status: self._edit(
                 request, session, name, error=error, data=data, status=status
             ),
-            afresh=lambda error, status: self._edit(
-                request, session, name, error=error, status=status
-            ),
+            afresh=showing_error(self._edit, request, session, name),
             stale=_stale(self.kind),
             done=f"{self.kind.capitalize()} {esc(name)} saved.",
             to=f"/console/{self.collection}/{quote(name)}",
@@ -113,20 +116,13 @@ class _ObjectPages(PlatformPages):
             version = version_of(data)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), status=422)
-
-        async def afresh(error: str, status: int) -> Response[Any]:
-            return await self._edit(request, session, name, error=error, status=status)
-
-        return await self.change(
+        return await self.remove(
             request,
             session,
-            "DELETE",
             f"/api/v1/admin/config/{self.collection}/{name}",
             version,
-            again=afresh,
-            afresh=afresh,
+            again=showing_error(self._edit, request, session, name),
             stale=_stale(self.kind),
-            refused="Not deleted: ",
             done=f"{self.kind.capitalize()} {esc(name)} deleted.",
             to=f"/console/{self.collection}",
         )
@@ -244,20 +240,23 @@ class FlavorPages(_ObjectPages):
         edit = form(
             f"{base}/save",
             session.csrf,
-            _hidden(version) + select("backend", "backend", backends, str(chosen or LOCAL)),
+            version_field(version) + select("backend", "backend", backends, str(chosen or LOCAL)),
             button="Save",
             css="editor",
             test_id="edit-flavor",
         )
         remove = form(
-            f"{base}/delete", session.csrf, _hidden(version), button="Delete flavor", danger=True
+            f"{base}/delete",
+            session.csrf,
+            version_field(version),
+            button="Delete flavor",
+            danger=True,
         )
-        shown = error and message("error", esc(error), test_id="form-error")
-        body = (
-            shown + f'<p class="muted">version {esc(version)} · '
+        about = (
+            f'<p class="muted">version {esc(version)} · '
             '<a href="/console/flavors">all flavors</a></p>'
-            f'<div class="card">{edit}</div><h2>Delete</h2>{remove}'
         )
+        body = object_page(error, about, edit, remove)
         return page(session, f"Flavor {name}", body, "/console/flavors", status)
 
     @post("/flavors/{name:str}/save")
@@ -417,24 +416,27 @@ class CohortPages(_ObjectPages):
         edit = form(
             f"{base}/save",
             session.csrf,
-            _hidden(version)
+            version_field(version)
             + _cohort_fields(parents, flavors, spec=spec, data=data, ident="edit-cohort"),
             button="Save",
             css="editor",
             test_id="edit-cohort",
         )
         remove = form(
-            f"{base}/delete", session.csrf, _hidden(version), button="Delete cohort", danger=True
+            f"{base}/delete",
+            session.csrf,
+            version_field(version),
+            button="Delete cohort",
+            danger=True,
         )
-        shown = error and message("error", esc(error), test_id="form-error")
-        body = (
-            shown + f'<p class="muted">version {esc(version)} · '
+        about = (
+            f'<p class="muted">version {esc(version)} · '
             f'<a href="/console/queues?cohort={quote(name)}">its queues</a> · '
             '<a href="/console/cohorts">the cohort tree</a></p>'
             '<p class="muted">The fair-sharing weight counts only while fair sharing is on'
             ' (<a href="/console/settings">settings</a>).</p>'
-            f'<div class="card">{edit}</div><h2>Delete</h2>{remove}'
         )
+        body = object_page(error, about, edit, remove)
         return page(session, f"Cohort {name}", body, "/console/cohorts", status)
 
     @post("/cohorts/{name:str}/save")

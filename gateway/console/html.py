@@ -22,11 +22,13 @@ __all__ = [
     "form",
     "layout",
     "message",
+    "object_page",
     "pager",
     "select",
     "table",
     "textarea",
     "usage_bar",
+    "version_field",
 ]
 
 
@@ -235,3 +237,15 @@ def message(kind: str, text: str, *, test_id: str = "") -> str:
 def definition(pairs: Iterable[tuple[str, Any]]) -> str:
     """A definition list of already-escaped HTML values."""
     return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+
+
+def version_field(version: object) -> str:
+    """The version a form was drawn from, sent back for ``If-Match``."""
+    return f'<input type="hidden" name="version" value="{esc(version)}">'
+
+
+def object_page(error: str, about: str, edit: str, remove: str) -> str:
+    """The body of one configured object's page: why a form was refused (``error``,
+    escaped here), ``about`` it (HTML), its edit form in a card, and its delete form."""
+    shown = error and message("error", esc(error), test_id="form-error")
+    return f'{shown}{about}<div class="card">{edit}</div><h2>Delete</h2>{remove}'

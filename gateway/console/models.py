@@ -16,7 +16,16 @@ from litestar.params import QueryParameter
 
 from gateway.console.api import Answer
 from gateway.console.base import ConsolePages, FormError, form_text, page, redirect, showing_error
-from gateway.console.html import esc, field, form, message, table, textarea
+from gateway.console.html import (
+    esc,
+    field,
+    form,
+    message,
+    object_page,
+    table,
+    textarea,
+    version_field,
+)
 from gateway.console.sessions import Session
 from tenants.model_checks import model_name_error
 
@@ -224,10 +233,7 @@ class ModelPages(ConsolePages):
                 "endpoints": show_endpoints(model.get("endpoints")),
             }
         )
-        hidden = (
-            f'<input type="hidden" name="name" value="{esc(name)}">'
-            f'<input type="hidden" name="version" value="{esc(version)}">'
-        )
+        hidden = f'<input type="hidden" name="name" value="{esc(name)}">' + version_field(version)
         edit = form(
             "/console/models/save",
             session.csrf,
@@ -242,12 +248,11 @@ class ModelPages(ConsolePages):
         remove = form(
             "/console/models/delete", session.csrf, hidden, button="Delete model", danger=True
         )
-        shown = error and message("error", esc(error), test_id="form-error")
-        body = (
-            shown + f'<p class="muted">version {esc(version)} · '
+        about = (
+            f'<p class="muted">version {esc(version)} · '
             '<a href="/console/models">all models</a></p>'
-            + f'<div class="card">{edit}</div><h2>Delete</h2>{remove}'
         )
+        body = object_page(error, about, edit, remove)
         return page(session, f"Model {name}", body, "/console/models", status)
 
     @post("/models/save")
@@ -298,16 +303,13 @@ class ModelPages(ConsolePages):
         except FormError:
             return redirect("/console/models")
         afresh = showing_error(self._edit_page, request, session, name)
-        return await self.change(
+        return await self.remove(
             request,
             session,
-            "DELETE",
             path,
             version,
             again=afresh,
-            afresh=afresh,
             stale=STALE,
-            refused="Not deleted: ",
             done=f"Model {esc(name)} deleted.",
             to="/console/models",
         )

@@ -29,6 +29,7 @@ from gateway.console.html import (
     pager,
     select,
     table,
+    version_field,
 )
 from gateway.console.html import usage_bar as bar
 from gateway.console.pages import _items, _number, _when
@@ -347,8 +348,7 @@ class QueuePages(PlatformPages):
         edit = form(
             f"/console/queues/{quote(name)}/settings",
             session.csrf,
-            f'<input type="hidden" name="version" value="{esc(version)}">'
-            + queue_fields(names[0], names[1], data=data, spec=spec),
+            version_field(version) + queue_fields(names[0], names[1], data=data, spec=spec),
             button="Save settings",
             css="editor",
             test_id="queue-settings",
@@ -411,16 +411,13 @@ class QueuePages(PlatformPages):
                 request, session, name, error="This form lost its version: reload.", status=422
             )
         afresh = showing_error(self._detail, request, session, name)
-        return await self.change(
+        return await self.remove(
             request,
             session,
-            "DELETE",
             f"/api/v1/admin/config/cluster-queues/{name}",
             version,
             again=afresh,
-            afresh=afresh,
             stale=STALE,
-            refused="Not deleted: ",
             done=f"Queue {esc(name)} deleted.",
             to="/console/queues",
         )
@@ -588,8 +585,7 @@ class QueuePages(PlatformPages):
         editor = form(
             f"{action}/save",
             session.csrf,
-            f'<input type="hidden" name="version" value="{esc(version)}">'
-            + table(HEADERS, cells, test_id="quota"),
+            version_field(version) + table(HEADERS, cells, test_id="quota"),
             button="Save",
             more=f'<button type="submit" formaction="{esc(action)}/preview">Preview</button>',
             test_id="quota-editor",
@@ -609,7 +605,7 @@ class QueuePages(PlatformPages):
             + form(
                 f"{action}/delete",
                 session.csrf,
-                f'<input type="hidden" name="version" value="{esc(version)}">',
+                version_field(version),
                 button="Delete queue",
                 danger=True,
                 test_id="delete-queue",

@@ -11,7 +11,7 @@ from typing import Any
 from litestar import Request, Response, get, post
 
 from gateway.console.base import FormError, form_text, page
-from gateway.console.html import esc, field, form, message, select, textarea
+from gateway.console.html import esc, field, form, message, select, textarea, version_field
 from gateway.console.quota_grid import PlatformPages, version_of
 from gateway.console.sessions import Session
 
@@ -145,7 +145,7 @@ class SettingsPages(PlatformPages):
         edit = form(
             f"{HERE}/save",
             session.csrf,
-            f'<input type="hidden" name="version" value="{esc(version)}">'
+            version_field(version)
             + "<h2>Quota</h2>"
             + '<p class="muted">Fair sharing and the period GPU-hour budgets are granted for.'
             ' Flavors, cohorts and queues: <a href="/console/flavors">flavors</a>,'

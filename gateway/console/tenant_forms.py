@@ -3,7 +3,7 @@ they post to, :mod:`gateway.console.tenants`)."""
 
 from __future__ import annotations
 
-from gateway.console.html import esc, field, form, select
+from gateway.console.html import esc, field, form, select, version_field
 
 __all__ = ["NAME", "ROLES", "create_tenant_form", "delete_tenant_form"]
 
@@ -37,9 +37,12 @@ def delete_tenant_form(csrf: str, tenant: str, version: object) -> str:
     return form(
         f"/console/tenants/{tenant}/delete",
         csrf,
-        f'<input type="hidden" name="version" value="{esc(version)}">'
-        f'<input name="confirm" size="10" maxlength="63" required placeholder="type {esc(tenant)}"'
-        f' aria-label="type {esc(tenant)} to confirm" data-testid="confirm-{esc(tenant)}">',
+        version_field(version)
+        + (
+            '<input name="confirm" size="10" maxlength="63" required'
+            f' placeholder="type {esc(tenant)}" aria-label="type {esc(tenant)} to confirm"'
+            f' data-testid="confirm-{esc(tenant)}">'
+        ),
         button="Delete",
         danger=True,
     )
