@@ -252,13 +252,12 @@ class BackendPages(ConsolePages):
             version = form_text(data, "version", max_length=18)
         except FormError as err:
             return await self._edit(request, session, name, error=str(err), status=422)
-        afresh = showing_error(self._edit, request, session, name)
         return await self.remove(
             request,
             session,
             f"/api/v1/admin/config/backends/{name}",
             version,
-            again=afresh,
+            again=showing_error(self._edit, request, session, name),
             stale=STALE,
             done=f"Backend {esc(name)} deleted.",
             to="/console/backends",

@@ -302,13 +302,12 @@ class ModelPages(ConsolePages):
             version = form_text(data, "version", max_length=18)
         except FormError:
             return redirect("/console/models")
-        afresh = showing_error(self._edit_page, request, session, name)
         return await self.remove(
             request,
             session,
             path,
             version,
-            again=afresh,
+            again=showing_error(self._edit_page, request, session, name),
             stale=STALE,
             done=f"Model {esc(name)} deleted.",
             to="/console/models",

@@ -410,13 +410,12 @@ class QueuePages(PlatformPages):
             return await self._detail(
                 request, session, name, error="This form lost its version: reload.", status=422
             )
-        afresh = showing_error(self._detail, request, session, name)
         return await self.remove(
             request,
             session,
             f"/api/v1/admin/config/cluster-queues/{name}",
             version,
-            again=afresh,
+            again=showing_error(self._detail, request, session, name),
             stale=STALE,
             done=f"Queue {esc(name)} deleted.",
             to="/console/queues",
