@@ -22,6 +22,7 @@ from gateway.console.html import (
     esc,
     field,
     form,
+    form_error,
     message,
     object_page,
     select,
@@ -135,7 +136,7 @@ class BackendPages(ConsolePages):
             css="editor",
             test_id="create-backend",
         )
-        shown = error and message("error", esc(error), test_id="form-error")
+        shown = form_error(error)
         body = (
             shown
             + table(["backend", "kind", "flavors it runs", "where"], rows, test_id="backends")

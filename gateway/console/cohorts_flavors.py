@@ -24,6 +24,7 @@ from gateway.console.html import (
     esc,
     field,
     form,
+    form_error,
     message,
     object_page,
     select,
@@ -183,7 +184,7 @@ class FlavorPages(_ObjectPages):
             css="editor",
             test_id="create-flavor",
         )
-        shown = error and message("error", esc(error), test_id="form-error")
+        shown = form_error(error)
         body = (
             shown
             + table(["flavor", "backend it runs on", "version"], rows, test_id="flavors")
@@ -345,7 +346,7 @@ async def cohort_section(
         css="editor",
         test_id="create-cohort",
     )
-    shown = error and message("error", esc(error), test_id="form-error")
+    shown = form_error(error)
     return (
         '<h2 id="configured">Configured cohorts</h2>'
         + table(

@@ -20,6 +20,7 @@ __all__ = [
     "field",
     "filters",
     "form",
+    "form_error",
     "layout",
     "message",
     "object_page",
@@ -239,6 +240,11 @@ def definition(pairs: Iterable[tuple[str, Any]]) -> str:
     return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
 
 
+def form_error(error: str) -> str:
+    """Why a form was refused (``error``, escaped here), above it; nothing when it was not."""
+    return error and message("error", esc(error), test_id="form-error")
+
+
 def version_field(version: object) -> str:
     """The version a form was drawn from, sent back for ``If-Match``."""
     return f'<input type="hidden" name="version" value="{esc(version)}">'
@@ -247,5 +253,4 @@ def version_field(version: object) -> str:
 def object_page(error: str, about: str, edit: str, remove: str) -> str:
     """The body of one configured object's page: why a form was refused (``error``,
     escaped here), ``about`` it (HTML), its edit form in a card, and its delete form."""
-    shown = error and message("error", esc(error), test_id="form-error")
-    return f'{shown}{about}<div class="card">{edit}</div><h2>Delete</h2>{remove}'
+    return f'{form_error(error)}{about}<div class="card">{edit}</div><h2>Delete</h2>{remove}'

@@ -20,6 +20,7 @@ from gateway.console.html import (
     esc,
     field,
     form,
+    form_error,
     message,
     object_page,
     table,
@@ -152,7 +153,7 @@ class ModelPages(ConsolePages):
             css="editor",
             test_id="create-model",
         )
-        shown = error and message("error", esc(error), test_id="form-error")
+        shown = form_error(error)
         body = (
             shown
             + table(["model", "flavor", "served", "endpoints and health"], rows, test_id="models")

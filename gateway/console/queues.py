@@ -25,6 +25,7 @@ from gateway.console.html import (
     field,
     filters,
     form,
+    form_error,
     message,
     pager,
     select,
@@ -535,7 +536,7 @@ class QueuePages(PlatformPages):
                 ),
             ]
         )
-        shown = error and message("error", esc(error), test_id="form-error")
+        shown = form_error(error)
         if config is None:  # a tenant admin: the live state of its own queue, no editor
             rows = [
                 (

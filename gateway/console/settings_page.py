@@ -11,7 +11,15 @@ from typing import Any
 from litestar import Request, Response, get, post
 
 from gateway.console.base import FormError, form_text, page
-from gateway.console.html import esc, field, form, message, select, textarea, version_field
+from gateway.console.html import (
+    esc,
+    field,
+    form,
+    form_error,
+    select,
+    textarea,
+    version_field,
+)
 from gateway.console.quota_grid import PlatformPages, version_of
 from gateway.console.sessions import Session
 
@@ -180,7 +188,7 @@ class SettingsPages(PlatformPages):
             css="editor settings",
             test_id="settings",
         )
-        shown = error and message("error", esc(error), test_id="form-error")
+        shown = form_error(error)
         body = shown + f'<p class="muted">version {esc(version)}</p><div class="card">{edit}</div>'
         return page(session, "Settings", body, HERE, status)
 
